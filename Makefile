@@ -1,0 +1,27 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO ?= examples/cpu-ngram.yaml
+
+.PHONY: install demo test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# A regression (exit 3) or a rejected cell/failed arm (exit 4) is a result, not a demo failure.
+demo: install
+	@$(BIN)/specwatch run $(DEMO); code=$$?; \
+	if [ $$code -eq 0 ] || [ $$code -eq 3 ] || [ $$code -eq 4 ]; then exit 0; else exit $$code; fi
+
+test: install
+	$(BIN)/python -m pytest -ra
+
+clean:
+	rm -rf $(VENV) build *.egg-info

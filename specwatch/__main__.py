@@ -1,0 +1,3 @@
+from specwatch.cli import main
+
+main()

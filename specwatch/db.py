@@ -1,0 +1,95 @@
+"""DuckDB access: connection, numbered migrations, and the SQL files under `sql/`.
+
+All SQL lives in `sql/`; Python only passes parameters. DuckDB allows one writing
+process at a time, so `connect` retries while another run holds the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+log = logging.getLogger("specwatch.db")
+
+_MIGRATION = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+
+
+class DatabaseError(Exception):
+    pass
+
+
+def sql_root() -> Path:
+    # `sql/` ships as package data of the top-level `sql` package.
+    return Path(str(resources.files("sql")))
+
+
+def load_sql(relpath: str) -> str:
+    path = sql_root() / relpath
+    if not path.is_file():
+        raise DatabaseError(f"no SQL file {relpath!r} under {sql_root()}")
+    return path.read_text()
+
+
+def connect(path: Path, *, read_only: bool = False, wait_s: float = 120.0) -> duckdb.DuckDBPyConnection:
+    """Open the database, waiting while another process holds the write lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    delay = 0.1
+    while True:
+        try:
+            con = duckdb.connect(str(path), read_only=read_only and path.exists())
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                raise DatabaseError(f"cannot open {path}: {exc}") from None
+            log.info("database %s is busy; retrying in %.1fs", path, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    if not read_only:
+        migrate(con)
+    return con
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    out = []
+    for entry in sorted((sql_root() / "migrations").iterdir()):
+        m = _MIGRATION.match(entry.name)
+        if m:
+            out.append((int(m.group(1)), entry.name, entry.read_text()))
+    return out
+
+
+def migrate(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Apply pending migrations, each in its own transaction; returns the names applied."""
+    con.execute(load_sql("schema_migrations.sql"))
+    done = {row[0] for row in con.execute(load_sql("migrations_applied.sql")).fetchall()}
+    applied = []
+    for version, name, text in migrations():
+        if version in done:
+            continue
+        con.begin()
+        try:
+            con.execute(text)
+            con.execute(load_sql("migration_record.sql"), {"version": version, "name": name})
+            con.commit()
+        except Exception:
+            con.rollback()
+            raise
+        applied.append(name)
+    return applied
+
+
+def query_df(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | None = None) -> pd.DataFrame:
+    return con.execute(sql, params or {}).df()
+
+
+def append(con: duckdb.DuckDBPyConnection, table: str, frame: pd.DataFrame) -> None:
+    if not frame.empty:
+        con.append(table, frame, by_name=True)

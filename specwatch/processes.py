@@ -1,0 +1,86 @@
+"""Server processes that are always stopped: on success, error, timeout, Ctrl-C and cancellation.
+
+Each server runs in its own process group (vLLM forks engine workers), and the whole group
+is signalled. Live groups are tracked so a SIGTERM (how Prefect workers cancel a flow run)
+or interpreter exit still stops them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+log = logging.getLogger("specwatch.processes")
+
+_LIVE: dict[int, subprocess.Popen] = {}
+_LOCK = threading.Lock()
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as out:
+        proc = subprocess.Popen(
+            list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    with _LOCK:
+        _LIVE[proc.pid] = proc
+    return proc
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> int | None:
+    """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
+    try:
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                log.warning("server pid %d ignored SIGTERM for %.0fs; killing its group", proc.pid, grace_s)
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        # Engine workers may outlive a leader that exited on its own.
+        _signal_group(proc.pid, signal.SIGKILL)
+        return proc.returncode
+    finally:
+        with _LOCK:
+            _LIVE.pop(proc.pid, None)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stop_all() -> None:
+    with _LOCK:
+        procs = list(_LIVE.values())
+    for proc in procs:
+        stop(proc, grace_s=10.0)
+
+
+def live_pids() -> list[int]:
+    with _LOCK:
+        return list(_LIVE)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    # Unwind like Ctrl-C so `with` blocks stop their servers and partial results are written.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def install_signal_handlers() -> None:
+    """Turn SIGTERM into KeyboardInterrupt; only possible from the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+atexit.register(stop_all)

@@ -1,0 +1,300 @@
+"""Plain data passed between stages and written to the run dir as JSON.
+
+Derived figures are `computed_field`s so they are defined in one place and travel
+with the record into JSON and DuckDB.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+
+class _Record(BaseModel):
+    # Records are re-read from results.json by `specwatch ingest`; computed fields are in
+    # that JSON too, so unknown keys are ignored on the way back in.
+    model_config = ConfigDict(extra="ignore")
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated quantile (numpy's default method); None for an empty list."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class ImageRef(_Record):
+    name: str
+    backend: Literal["venv", "endpoint"]
+    package: str | None = None
+    vllm_version: str | None = None
+    digest: str | None = None
+    python: Path | None = None
+    url: str | None = None
+    build_s: float = 0.0
+    reused: bool = False
+
+
+class CheckpointFacts(_Record):
+    path: Path
+    config_sha256: str
+    index_sha256: str | None = None
+    architectures: list[str] = []
+    model_type: str | None = None
+    max_position_embeddings: int | None = None
+    dspark_block_size: int | None = None
+    num_nextn_predict_layers: int | None = None
+    shards: int = 0
+
+
+class SpecWindow(_Record):
+    """Counter deltas over one cell's window (after - before); None when the server has no such counter."""
+
+    num_drafts: float | None = None
+    num_draft_tokens: float | None = None
+    num_accepted_tokens: float | None = None
+    accepted_per_position: list[float] | None = None
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    prefix_cache_hits: float | None = None
+    prefix_cache_queries: float | None = None
+
+    @computed_field
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """1 + accepted/drafts: includes the bonus token."""
+        r = _ratio(self.num_accepted_tokens, self.num_drafts)
+        return None if r is None else 1.0 + r
+
+    @computed_field
+    @property
+    def draft_acceptance_rate(self) -> float | None:
+        return _ratio(self.num_accepted_tokens, self.num_draft_tokens)
+
+    @computed_field
+    @property
+    def acceptance_per_position(self) -> list[float] | None:
+        if self.accepted_per_position is None or not self.num_drafts:
+            return None
+        return [a / self.num_drafts for a in self.accepted_per_position]
+
+    @computed_field
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        if self.prefix_cache_queries is None:
+            return None
+        return _ratio(self.prefix_cache_hits or 0.0, self.prefix_cache_queries) or 0.0
+
+
+class RequestSample(_Record):
+    index: int
+    prompt_tokens: int
+    status: Literal["ok", "error", "timeout"]
+    error: str | None = None
+    completion_tokens: int | None = None
+    chunks: int = 0
+    started_s: float = 0.0
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    decode_s: float | None = None
+    repetition_ratio: float | None = None
+
+    @computed_field
+    @property
+    def decode_tok_s(self) -> float | None:
+        """(completion_tokens - 1) / (t_last - t_first): the first token belongs to TTFT."""
+        if self.completion_tokens is None or self.completion_tokens < 2 or not self.decode_s:
+            return None
+        return (self.completion_tokens - 1) / self.decode_s
+
+
+class CellResult(_Record):
+    concurrency: int
+    prompt_class: str
+    prompt_tokens: int
+    max_tokens: int
+    wall_s: float
+    window: SpecWindow
+    max_running_observed: int | None = None
+    requests: list[RequestSample]
+    rejected: bool = False
+    reject_reason: str | None = None
+    flags: list[str] = []
+
+    def _ok(self) -> list[RequestSample]:
+        return [r for r in self.requests if r.status == "ok"]
+
+    def _values(self, attr: str) -> list[float]:
+        return [v for r in self._ok() if (v := getattr(r, attr)) is not None]
+
+    @computed_field
+    @property
+    def requests_ok(self) -> int:
+        return len(self._ok())
+
+    @computed_field
+    @property
+    def requests_failed(self) -> int:
+        return len(self.requests) - len(self._ok())
+
+    @computed_field
+    @property
+    def completion_tokens(self) -> int:
+        return sum(r.completion_tokens or 0 for r in self._ok())
+
+    @computed_field
+    @property
+    def decode_tok_s_median(self) -> float | None:
+        return _quantile(self._values("decode_tok_s"), 0.5)
+
+    @computed_field
+    @property
+    def decode_tok_s_p10(self) -> float | None:
+        return _quantile(self._values("decode_tok_s"), 0.1)
+
+    @computed_field
+    @property
+    def decode_tok_s_p90(self) -> float | None:
+        return _quantile(self._values("decode_tok_s"), 0.9)
+
+    @computed_field
+    @property
+    def ttft_s_median(self) -> float | None:
+        return _quantile(self._values("ttft_s"), 0.5)
+
+    @computed_field
+    @property
+    def ttft_s_p90(self) -> float | None:
+        return _quantile(self._values("ttft_s"), 0.9)
+
+    @computed_field
+    @property
+    def tpot_ms_median(self) -> float | None:
+        """Time per output token after the first, per request: 1000 / decode tok/s."""
+        return _quantile([1000.0 / v for v in self._values("decode_tok_s") if v > 0], 0.5)
+
+    @computed_field
+    @property
+    def e2e_s_median(self) -> float | None:
+        return _quantile(self._values("e2e_s"), 0.5)
+
+    @computed_field
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        """Sum of completion tokens over the cell's wall time."""
+        return _ratio(float(self.completion_tokens), self.wall_s)
+
+    @computed_field
+    @property
+    def server_aggregate_tok_s(self) -> float | None:
+        """The server's own generation-token delta over the same window."""
+        return _ratio(self.window.generation_tokens, self.wall_s)
+
+    @computed_field
+    @property
+    def repetition_ratio_median(self) -> float | None:
+        return _quantile(self._values("repetition_ratio"), 0.5)
+
+
+class LaunchRecord(_Record):
+    launcher: Literal["vllm", "command", "endpoint"]
+    base_url: str
+    argv: list[str] = []
+    env: dict[str, str] = {}
+    log_path: Path | None = None
+    boot_s: float | None = None
+    k_confirmed: int | None = None
+    k_source: Literal["boot_log", "metrics"] | None = None
+
+
+class ArmResult(_Record):
+    name: str
+    block: int = 1
+    image: str
+    method: str | None = None
+    k: int | None = None
+    status: Literal["ok", "failed", "refused"]
+    reason: str | None = None
+    image_ref: ImageRef | None = None
+    launch: LaunchRecord | None = None
+    cells: list[CellResult] = []
+    started_at: datetime
+    ended_at: datetime
+
+
+class QualityRecord(_Record):
+    arm: str
+    block: int = 1
+    concurrency: int | None = None
+    prompt_class: str | None = None
+    check: str
+    metric: str
+    value: float | None = None
+    baseline_value: float | None = None
+    threshold: float | None = None
+    passed: bool
+    severity: Literal["invalid", "regression"]
+    detail: str = ""
+
+
+class HostFacts(_Record):
+    hostname: str
+    platform: str
+    python: str
+    cpu_model: str | None = None
+    cpu_count: int | None = None
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    gpu_driver: str | None = None
+
+
+class Provenance(_Record):
+    specwatch_version: str
+    host: HostFacts
+    experiment_file: str | None = None
+    experiment_sha256: str | None = None
+
+
+class RunResult(_Record):
+    run_id: str
+    flow_run_id: str | None = None
+    experiment_name: str
+    experiment: dict
+    provenance: Provenance
+    checkpoint: CheckpointFacts | None = None
+    arms: list[ArmResult] = []
+    quality: list[QualityRecord] = []
+    started_at: datetime
+    ended_at: datetime | None = None
+
+    @property
+    def regression_flagged(self) -> bool:
+        return any(q.severity == "regression" and not q.passed for q in self.quality)
+
+    @property
+    def incomplete(self) -> bool:
+        """An arm failed or a cell was rejected/invalid: the run is a partial answer."""
+        return (
+            any(a.status != "ok" for a in self.arms)
+            or any(c.rejected for a in self.arms for c in a.cells)
+            or any(q.severity == "invalid" and not q.passed for q in self.quality)
+        )
+
+    def exit_code(self) -> int:
+        """0 clean, 3 regression flagged, 4 an arm failed or cells were rejected (CLI contract)."""
+        if self.regression_flagged:
+            return 3
+        return 4 if self.incomplete else 0

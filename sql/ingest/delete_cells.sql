@@ -1,0 +1,1 @@
+DELETE FROM cells WHERE run_id = $run_id;

@@ -1,0 +1,1 @@
+DELETE FROM quality_results WHERE run_id = $run_id;

@@ -1,0 +1,1 @@
+DELETE FROM requests WHERE run_id = $run_id;

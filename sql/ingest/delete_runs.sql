@@ -1,0 +1,1 @@
+DELETE FROM runs WHERE run_id = $run_id;

@@ -1,0 +1,320 @@
+"""The nonce-fronted benchmark: an httpx async streaming client that knows only an
+OpenAI-compatible base URL plus vLLM's /tokenize and /metrics, never how the server started.
+
+Per request it times TTFT and decode from the stream but counts tokens from `usage`
+(under speculation one SSE chunk carries several tokens). Per cell it snapshots
+/metrics right before and after, samples the running-request gauge while the cell runs,
+and applies the gates that make a cell trustworthy or rejected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+from prefect import task
+
+from specwatch.metrics import MetricsSnapshot, parse_metrics, window
+from specwatch.prompts import Prompt, build_prompt, repetition_ratio
+from specwatch.records import CellResult, RequestSample
+from specwatch.spec import SamplingSpec, WorkloadSpec
+
+log = logging.getLogger("specwatch.bench")
+
+GAUGE_PERIOD_S = 0.2
+
+
+class BenchError(Exception):
+    """The endpoint cannot be benchmarked at all (down, not OpenAI-compatible)."""
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    base_url: str
+    model: str
+    # Makes nonces unique to this invocation (run, arm, block); content stays seeded.
+    namespace: str
+
+
+CellCallback = Callable[[CellResult], None]
+
+
+def _timeout(workload: WorkloadSpec) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=workload.connect_timeout_s, read=workload.read_timeout_s, write=30.0, pool=workload.read_timeout_s
+    )
+
+
+def _payload(model: str, prompt: str, max_tokens: int, sampling: SamplingSpec, stream: bool) -> dict:
+    body: dict = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "min_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "top_k": sampling.top_k,
+        "stream": stream,
+    }
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+class Client:
+    """One httpx.AsyncClient per benchmark; every endpoint call specwatch makes goes through here."""
+
+    def __init__(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec) -> None:
+        self.target = target
+        self.workload = workload
+        self.sampling = sampling
+        limit = max(workload.concurrency) + 4
+        self.http = httpx.AsyncClient(
+            base_url=target.base_url,
+            timeout=_timeout(workload),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    async def tokenize(self, text: str) -> int:
+        return len(await self.token_ids(text))
+
+    async def token_ids(self, text: str) -> list[int]:
+        resp = await self.http.post("/tokenize", json={"model": self.target.model, "prompt": text})
+        resp.raise_for_status()
+        body = resp.json()
+        return body.get("tokens") or [0] * int(body["count"])
+
+    async def metrics(self) -> MetricsSnapshot:
+        resp = await self.http.get("/metrics")
+        resp.raise_for_status()
+        return parse_metrics(resp.text)
+
+    async def check_ready(self) -> None:
+        try:
+            resp = await self.http.get("/v1/models")
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise BenchError(f"endpoint {self.target.base_url} is not answering /v1/models: {exc!r}") from None
+        served = [m.get("id") for m in resp.json().get("data", [])]
+        if self.target.model not in served:
+            raise BenchError(f"model {self.target.model!r} is not served at {self.target.base_url}; it serves {served}")
+
+    async def stream_completion(self, index: int, prompt: Prompt, max_tokens: int) -> tuple[RequestSample, str]:
+        """One streamed request; returns its sample and output text. Never raises for request failures."""
+        payload = _payload(self.target.model, prompt.text, max_tokens, self.sampling, stream=True)
+        t0 = time.perf_counter()
+        t_first: float | None = None
+        t_last: float | None = None
+        chunks = 0
+        usage: dict | None = None
+        parts: list[str] = []
+
+        def sample(status: str, error: str | None = None) -> RequestSample:
+            now = time.perf_counter()
+            return RequestSample(
+                index=index,
+                prompt_tokens=prompt.tokens,
+                status=status,
+                error=error,
+                completion_tokens=(usage or {}).get("completion_tokens"),
+                chunks=chunks,
+                started_s=t0,
+                ttft_s=None if t_first is None else t_first - t0,
+                e2e_s=now - t0,
+                decode_s=None if t_first is None or t_last is None else t_last - t_first,
+            )
+
+        try:
+            async with self.http.stream("POST", "/v1/completions", json=payload) as resp:
+                if resp.status_code != 200:
+                    body = (await resp.aread()).decode(errors="replace")[:200]
+                    return sample("error", f"HTTP {resp.status_code}: {body}"), ""
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices") or []:
+                        if choice.get("text"):
+                            t_last = time.perf_counter()
+                            t_first = t_first or t_last
+                            chunks += 1
+                            parts.append(choice["text"])
+        except httpx.ReadTimeout:
+            return sample("timeout", f"client read timeout: no bytes for {self.workload.read_timeout_s}s "
+                                     "(read_timeout_s); a client limit, not a server measurement"), ""
+        except httpx.ConnectTimeout:
+            return sample("timeout", f"client connect timeout after {self.workload.connect_timeout_s}s"), ""
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            return sample("error", f"{type(exc).__name__}: {exc}"[:200]), ""
+        if usage is None:
+            return sample("error", "stream carried no usage; the server must honour stream_options.include_usage"), ""
+        if usage.get("completion_tokens") != max_tokens:
+            return sample("error", f"completion_tokens {usage.get('completion_tokens')} != max_tokens {max_tokens} "
+                                   "(server ignored ignore_eos/min_tokens)"), ""
+        return sample("ok"), "".join(parts)
+
+
+async def _max_running(client: Client, stop: asyncio.Event) -> int | None:
+    peak: float | None = None
+    while not stop.is_set():
+        try:
+            snap = await client.metrics()
+            if snap.running is not None:
+                peak = max(peak or 0.0, snap.running)
+        except httpx.HTTPError:
+            pass
+        try:
+            await asyncio.wait_for(stop.wait(), GAUGE_PERIOD_S)
+        except TimeoutError:
+            pass
+    return None if peak is None else int(peak)
+
+
+def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_ratio: float) -> CellResult:
+    """Reject cells whose numbers cannot be trusted; flag the suspicious ones. Pure, so testable."""
+    reasons = []
+    if cell.requests_failed:
+        first = next(r for r in cell.requests if r.status != "ok")
+        reasons.append(f"{cell.requests_failed} of {len(cell.requests)} requests failed (first: {first.error})")
+    if cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
+        reasons.append(
+            f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed})"
+        )
+    hit = cell.window.prefix_cache_hit_rate
+    if hit is not None and hit >= max_prefix_cache_hit_rate:
+        reasons.append(f"prefix-cache hit rate {hit:.1%} >= {max_prefix_cache_hit_rate:.0%}: prompts were cached")
+    flags = []
+    rep = cell.repetition_ratio_median
+    if rep is not None and rep > repetition_flag_ratio:
+        flags.append(f"acceptance may be inflated by repetition (median repetition ratio {rep:.2f})")
+    return cell.model_copy(
+        update={"rejected": bool(reasons), "reject_reason": "; ".join(reasons) or None, "flags": flags}
+    )
+
+
+async def _run_cell(
+    client: Client, concurrency: int, prompt_class: str, max_prefix_cache_hit_rate: float
+) -> CellResult:
+    wl = client.workload
+    cell_ns = f"{client.target.namespace}:c{concurrency}"
+    prompts = await asyncio.gather(
+        *(
+            build_prompt(prompt_class, wl.seed, i, cell_ns, wl.prompt_tokens, client.tokenize)
+            for i in range(wl.requests_per_cell)
+        )
+    )
+    queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
+    for item in enumerate(prompts):
+        queue.put_nowait(item)
+    results: list[tuple[RequestSample, str]] = []
+
+    async def worker() -> None:
+        while not queue.empty():
+            index, prompt = queue.get_nowait()
+            results.append(await client.stream_completion(index, prompt, wl.max_tokens))
+
+    before = await client.metrics()
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_max_running(client, stop))
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - t0
+    after = await client.metrics()
+    stop.set()
+    peak = await sampler
+
+    samples = []
+    for sample, text in sorted(results, key=lambda r: r[0].index):
+        # Repetition is measured on the server's own token ids, after the window closed.
+        ratio = repetition_ratio(await client.token_ids(text)) if text else None
+        # started_s was taken on the perf_counter clock; store it relative to the cell start.
+        samples.append(sample.model_copy(update={"started_s": sample.started_s - t0, "repetition_ratio": ratio}))
+    cell = CellResult(
+        concurrency=concurrency,
+        prompt_class=prompt_class,
+        prompt_tokens=wl.prompt_tokens,
+        max_tokens=wl.max_tokens,
+        wall_s=wall,
+        window=window(before, after),
+        max_running_observed=peak,
+        requests=samples,
+    )
+    return gate(cell, max_prefix_cache_hit_rate, wl.repetition_flag_ratio)
+
+
+async def warm_up(client: Client) -> None:
+    """Discarded requests after every (re)start: the first ones hit JIT/autotune (DOMAIN rule 5)."""
+    wl = client.workload
+    for i in range(wl.warmup_requests):
+        prompt = await build_prompt(wl.prompt_classes[i % len(wl.prompt_classes)], wl.seed, -1 - i,
+                                    f"{client.target.namespace}:warmup", wl.prompt_tokens, client.tokenize)
+        sample, _ = await client.stream_completion(i, prompt, wl.max_tokens)
+        if sample.status != "ok":
+            raise BenchError(f"warm-up request failed: {sample.error}")
+
+
+async def benchmark(
+    target: BenchTarget,
+    workload: WorkloadSpec,
+    sampling: SamplingSpec,
+    max_prefix_cache_hit_rate: float,
+    on_cell: CellCallback | None = None,
+    after_warmup: Callable[[MetricsSnapshot], None] | None = None,
+) -> list[CellResult]:
+    """Warm up, then every cell (concurrency x prompt class).
+
+    `after_warmup` sees the server's counters once speculation has run (its position
+    labels tell the server's real k) and may raise to abandon the arm before any cell.
+    """
+    async with Client(target, workload, sampling) as client:
+        await client.check_ready()
+        await warm_up(client)
+        if after_warmup:
+            after_warmup(await client.metrics())
+        cells = []
+        for concurrency in workload.concurrency:
+            for prompt_class in workload.prompt_classes:
+                cell = await _run_cell(client, concurrency, prompt_class, max_prefix_cache_hit_rate)
+                mal = cell.window.mean_acceptance_length
+                log.info(
+                    "cell c=%d %s: decode %.1f tok/s, mean acceptance length %s%s",
+                    concurrency, prompt_class, cell.decode_tok_s_median or 0.0,
+                    "n/a" if mal is None else f"{mal:.2f}",
+                    f", REJECTED: {cell.reject_reason}" if cell.rejected else "",
+                )
+                cells.append(cell)
+                if on_cell:
+                    on_cell(cell)
+        return cells
+
+
+@task(name="run_benchmark")
+def run_benchmark(
+    target: BenchTarget,
+    workload: WorkloadSpec,
+    sampling: SamplingSpec,
+    max_prefix_cache_hit_rate: float,
+    after_warmup: Callable[[MetricsSnapshot], None] | None = None,
+) -> list[CellResult]:
+    return asyncio.run(
+        benchmark(target, workload, sampling, max_prefix_cache_hit_rate, after_warmup=after_warmup)
+    )

@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from specwatch import db
+from tasks.ingest import ingest, read_raw, write_raw
+from tests import records_factory as rf
+
+
+def counts(path: Path) -> dict[str, int]:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {t: con.execute(f"select count(*) from {t}").fetchone()[0]
+                for t in ("runs", "arms", "cells", "requests", "spec_positions", "cell_results")}
+    finally:
+        con.close()
+
+
+def test_migrations_apply_once(tmp_path: Path) -> None:
+    path = tmp_path / "h.duckdb"
+    con = db.connect(path)
+    again = db.migrate(con)
+    applied = con.execute("select version, name from schema_migrations").fetchall()
+    con.close()
+    assert again == []
+    assert applied == [(v, n) for v, n, _ in db.migrations()]
+    assert len(applied) >= 1
+
+
+def test_ingest_writes_every_table_and_reingest_adds_no_duplicates(tmp_path: Path) -> None:
+    path = tmp_path / "h.duckdb"
+    result = rf.run()
+    written = ingest(result, path)
+    assert written["cells"] == 8 and written["requests"] == 32 and written["spec_positions"] == 4 * 3 + 4 * 5
+    first = counts(path)
+    assert first == {"runs": 1, "arms": 2, "cells": 8, "requests": 32, "spec_positions": 32, "cell_results": 8}
+    ingest(result, path)
+    assert counts(path) == first
+    ingest(rf.run(run_id="20261130T130000Z-fedcba"), path)
+    assert counts(path)["cells"] == 16
+
+
+def test_cell_results_view_carries_arm_and_acceptance(tmp_path: Path) -> None:
+    path = tmp_path / "h.duckdb"
+    ingest(rf.run(), path)
+    con = db.connect(path)
+    rows = con.execute(
+        "select arm, k, vllm_version, concurrency, prompt_class, decode_tok_s_median, mean_acceptance_length "
+        "from cell_results where concurrency = 1 and prompt_class = 'code' order by arm"
+    ).fetchall()
+    env = con.execute("select launch_env from arms where arm = 'k5'").fetchone()[0]
+    con.close()
+    assert rows == [
+        ("k3", 3, "0.32.0", 1, "code", pytest.approx(32.0), pytest.approx(1 + 180 / 100)),
+        ("k5", 5, "0.32.0", 1, "code", pytest.approx(32 / 0.9), pytest.approx(1 + 210 / 100)),
+    ]
+    assert "***" in env
+
+
+def test_raw_json_round_trips_and_reloads_into_a_fresh_db(tmp_path: Path) -> None:
+    result = rf.run()
+    write_raw(result, tmp_path / "run")
+    again = read_raw(tmp_path / "run")
+    assert again.arms[1].cells[0].window.mean_acceptance_length == result.arms[1].cells[0].window.mean_acceptance_length
+    ingest(again, tmp_path / "h.duckdb")
+    assert counts(tmp_path / "h.duckdb")["requests"] == 32
+
+
+def test_read_raw_names_the_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="results.json"):
+        read_raw(tmp_path)

@@ -1,0 +1,118 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec, load_spec
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
+
+
+def write(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def base_doc() -> dict:
+    return yaml.safe_load(EXAMPLE.read_text())
+
+
+def problems(tmp_path: Path, doc: dict) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, doc))
+    return info.value.problems
+
+
+def test_example_is_valid_and_builds_the_speculative_config() -> None:
+    spec = load_spec(EXAMPLE)
+    assert [a.name for a in spec.arms] == ["k3", "k5"]
+    assert spec.sampling.temperature == 0.0
+    assert spec.thresholds.noise_band == 0.05
+    assert spec.arms[1].speculative.config_json() == (
+        '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2}'
+    )
+
+
+def test_unknown_field_names_the_field_and_the_fix(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["arms"][0]["colour"] = "red"
+    (line,) = problems(tmp_path, doc)
+    assert line.startswith("arms[0](k3).colour:")
+    assert "'red'" in line and "fix: remove it" in line
+
+
+def test_each_problem_gets_its_own_line(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["arms"][0]["speculative"]["k"] = 0
+    doc["arms"][1]["speculative"]["k"] = "five"
+    doc["workload"]["concurrency"] = "many"
+    lines = problems(tmp_path, doc)
+    assert len(lines) == 3
+    assert any(line.startswith("arms[0](k3).speculative.k:") and "got 0" in line for line in lines)
+    assert any(line.startswith("arms[1](k5).speculative.k:") and "whole number" in line for line in lines)
+    assert any(line.startswith("workload.concurrency:") for line in lines)
+
+
+def test_unknown_method_lists_known_ones_unless_opted_in(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["arms"][1]["speculative"] = {"method": "ngarm", "k": 5}
+    (line,) = problems(tmp_path, doc)
+    assert "unknown method 'ngarm'" in line and "ngram" in line and "allow_unknown_method" in line
+    doc["arms"][1]["speculative"]["allow_unknown_method"] = True
+    spec = load_spec(write(tmp_path, doc))
+    assert spec.arms[1].speculative.checked is False
+
+
+def test_known_method_checked_strictly() -> None:
+    with pytest.raises(ValueError, match="needs prompt_lookup_max"):
+        SpeculativeSpec(method="ngram", k=5)
+    with pytest.raises(ValueError, match="needs draft_model"):
+        SpeculativeSpec(method="eagle", k=3)
+    assert SpeculativeSpec(method="eagle", k=3, draft_model="/m").config_json() == (
+        '{"method":"eagle","num_speculative_tokens":3,"model":"/m"}'
+    )
+
+
+def test_missing_model_path_is_reported(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["model"] = {"path": str(tmp_path / "nope")}
+    (line,) = problems(tmp_path, doc)
+    assert "nope" in line and "not a directory" in line
+
+
+def test_relative_model_path_resolves_against_the_file(tmp_path: Path) -> None:
+    (tmp_path / "ckpt").mkdir()
+    doc = base_doc()
+    doc["model"] = {"path": "ckpt"}
+    assert load_spec(write(tmp_path, doc)).model.path == tmp_path / "ckpt"
+
+
+def test_references_and_baseline_checked(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["arms"][0]["image"] = "missing"
+    doc["baseline"] = "nobody"
+    lines = problems(tmp_path, doc)
+    assert any("image 'missing' is not defined" in line for line in lines)
+
+
+def test_requests_per_cell_must_reach_concurrency(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["workload"]["requests_per_cell"] = 2
+    (line,) = problems(tmp_path, doc)
+    assert "requests_per_cell 2 < concurrency 4" in line
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [unclosed")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="file not found"):
+        load_spec(tmp_path / "absent.yaml")
+
+
+def test_spec_round_trips_as_a_prefect_parameter() -> None:
+    spec = load_spec(EXAMPLE)
+    again = ExperimentSpec.model_validate(spec.model_dump(mode="json"))
+    assert again == spec
