@@ -21,7 +21,7 @@ from specwatch.records import ArmResult, CheckpointFacts, ImageRef, Provenance, 
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec
 from tasks.arm import LaunchContext, launch_arm
-from tasks.checkpoint import CheckpointError, check_checkpoint_task, prepare_model_task
+from tasks.checkpoint import CheckpointError, prepare_checkpoint_task
 from tasks.image import ImageError, build_image
 from tasks.ingest import ingest_task, write_raw
 from tasks.quality import check_quality
@@ -52,17 +52,12 @@ def _images(spec: ExperimentSpec) -> tuple[dict[str, ImageRef], dict[str, str]]:
     return refs, errors
 
 
-def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> tuple[Path | None, CheckpointFacts | None]:
-    if spec.model.path is not None:
-        model_dir = spec.model.path.expanduser()
-    else:
-        builders = [r for r in refs.values() if r.python is not None]
-        if not builders or spec.model.generate is None:
-            raise CheckpointError("model.generate needs a venv image to build the model with; none was built")
-        model_dir = prepare_model_task(spec.model.generate, builders[0].python)
-    if not (model_dir / "config.json").exists() and all(r.backend == "endpoint" for r in refs.values()):
-        return model_dir, None  # an endpoint serves its own weights; nothing local to check
-    return model_dir, check_checkpoint_task(model_dir)
+def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFacts | None:
+    """Generate (if asked) and check the checkpoint; an endpoint-only run serves its own weights."""
+    python = next((r.python for r in refs.values() if r.python is not None), None)
+    if python is None and spec.model.generate is not None:
+        return None
+    return prepare_checkpoint_task(spec.model, python)
 
 
 def _failed(name: str, spec: ExperimentSpec, reason: str) -> ArmResult:
@@ -100,8 +95,9 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
     )
     try:
         refs, image_errors = _images(spec)
-        model_dir, facts = _checkpoint(spec, refs)
+        facts = _checkpoint(spec, refs)
         result.checkpoint = facts
+        model_dir = facts.path if facts else Path(spec.served_name)
         for arm in spec.arms:
             if arm.image in image_errors:
                 result.arms.append(_failed(arm.name, spec, f"image {arm.image}: {image_errors[arm.image]}"))

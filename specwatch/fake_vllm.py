@@ -472,9 +472,9 @@ def build_app(s: Settings) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, raw: Request) -> Response:
-        engine.completion_requests += 1
         if engine.booting():
             return _error(503, "server is starting", "ServiceUnavailableError")
+        engine.completion_requests += 1
         if s.fail_every and engine.completion_requests % s.fail_every == 0:
             return _error(500, f"fake_vllm: planted failure (--fail-every {s.fail_every})", "InternalServerError")
         if req.model is not None and req.model != s.model:
@@ -498,7 +498,9 @@ def build_app(s: Settings) -> FastAPI:
         rid = "cmpl-" + (raw.headers.get("x-request-id") or uuid.uuid4().hex)
         created = int(time.time())
         head = {"id": rid, "object": "text_completion", "created": created, "model": s.model}
-        usage_of = lambda c: {"prompt_tokens": len(ids), "completion_tokens": c, "total_tokens": len(ids) + c}  # noqa: E731
+
+        def usage_of(c: int) -> dict[str, int]:
+            return {"prompt_tokens": len(ids), "completion_tokens": c, "total_tokens": len(ids) + c}
 
         if not req.stream:
             pieces = [p async for p in engine.generate(rid, prompt, ids, req.max_tokens, raw.is_disconnected)]

@@ -66,6 +66,8 @@ def _payload(model: str, prompt: str, max_tokens: int, sampling: SamplingSpec, s
         body["seed"] = sampling.seed
     if stream:
         body["stream_options"] = {"include_usage": True}
+        # vLLM then sends each chunk's token ids: byte-fragment tokens can arrive with empty text.
+        body["return_token_ids"] = True
     return body
 
 
@@ -113,8 +115,13 @@ class Client:
         if self.target.model not in served:
             raise BenchError(f"model {self.target.model!r} is not served at {self.target.base_url}; it serves {served}")
 
-    async def stream_completion(self, index: int, prompt: Prompt, max_tokens: int) -> tuple[RequestSample, str]:
-        """One streamed request; returns its sample and output text. Never raises for request failures."""
+    async def stream_completion(
+        self, index: int, prompt: Prompt, max_tokens: int
+    ) -> tuple[RequestSample, list[int] | str]:
+        """One streamed request; returns its sample and output (token ids when the server sends them, else text).
+
+        Never raises for request failures: they are samples with a status.
+        """
         payload = _payload(self.target.model, prompt.text, max_tokens, self.sampling, stream=True)
         t0 = time.perf_counter()
         t_first: float | None = None
@@ -122,6 +129,7 @@ class Client:
         chunks = 0
         usage: dict | None = None
         parts: list[str] = []
+        ids: list[int] = []
 
         def sample(status: str, error: str | None = None) -> RequestSample:
             now = time.perf_counter()
@@ -153,11 +161,12 @@ class Client:
                     if event.get("usage"):
                         usage = event["usage"]
                     for choice in event.get("choices") or []:
-                        if choice.get("text"):
+                        if choice.get("text") or choice.get("token_ids"):
                             t_last = time.perf_counter()
                             t_first = t_first or t_last
                             chunks += 1
-                            parts.append(choice["text"])
+                            parts.append(choice.get("text") or "")
+                            ids.extend(choice.get("token_ids") or [])
         except httpx.ReadTimeout:
             return sample("timeout", f"client read timeout: no bytes for {self.workload.read_timeout_s}s "
                                      "(read_timeout_s); a client limit, not a server measurement"), ""
@@ -170,7 +179,7 @@ class Client:
         if usage.get("completion_tokens") != max_tokens:
             return sample("error", f"completion_tokens {usage.get('completion_tokens')} != max_tokens {max_tokens} "
                                    "(server ignored ignore_eos/min_tokens)"), ""
-        return sample("ok"), "".join(parts)
+        return sample("ok"), ids or "".join(parts)
 
 
 async def _max_running(client: Client, stop: asyncio.Event) -> int | None:
@@ -225,7 +234,7 @@ async def _run_cell(
     queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
     for item in enumerate(prompts):
         queue.put_nowait(item)
-    results: list[tuple[RequestSample, str]] = []
+    results: list[tuple[RequestSample, list[int] | str]] = []
 
     async def worker() -> None:
         while not queue.empty():
@@ -243,9 +252,10 @@ async def _run_cell(
     peak = await sampler
 
     samples = []
-    for sample, text in sorted(results, key=lambda r: r[0].index):
-        # Repetition is measured on the server's own token ids, after the window closed.
-        ratio = repetition_ratio(await client.token_ids(text)) if text else None
+    for sample, output in sorted(results, key=lambda r: r[0].index):
+        # Repetition is measured on the server's own token ids; text is tokenized after the window closed.
+        ids = output if isinstance(output, list) else (await client.token_ids(output) if output else [])
+        ratio = repetition_ratio(ids)
         # started_s was taken on the perf_counter clock; store it relative to the cell start.
         samples.append(sample.model_copy(update={"started_s": sample.started_s - t0, "repetition_ratio": ratio}))
     cell = CellResult(

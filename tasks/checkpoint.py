@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from prefect import task
+
 from specwatch import paths
 from specwatch.records import CheckpointFacts
 from specwatch.spec import GeneratedModel, ModelSpec
@@ -43,11 +45,11 @@ def corpus_files() -> list[Path]:
     return sorted(CORPUS_DIR.glob("*.txt"))
 
 
-def generated_model_key(spec: GeneratedModel, modelgen: Path = MODELGEN, corpus: list[Path] | None = None) -> str:
+def generated_model_key(spec: GeneratedModel, corpus: list[Path] | None = None) -> str:
     """Short content hash: spec + generator source + corpus. Any change -> a new cache dir."""
     h = hashlib.sha256()
     h.update(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode())
-    h.update(b"\0modelgen\0" + modelgen.read_bytes())
+    h.update(b"\0modelgen\0" + MODELGEN.read_bytes())
     for f in corpus if corpus is not None else corpus_files():
         h.update(b"\0corpus\0" + f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
@@ -68,7 +70,9 @@ def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
         return target
     corpus = corpus_files()
     if not corpus:
-        raise CheckpointError(f"no corpus files in {CORPUS_DIR}; the package data specwatch/data/prompts/*.txt is missing")
+        raise CheckpointError(
+            f"no corpus files in {CORPUS_DIR}; the package data specwatch/data/prompts/*.txt is missing"
+        )
     if not Path(python).exists():
         raise CheckpointError(f"image python {python} does not exist; build the image first (build_image)")
 
@@ -90,9 +94,11 @@ def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
         # Offline: generation needs no hub; a stray download attempt should fail, not hang.
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=GENERATE_TIMEOUT_S)
+            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=GENERATE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise CheckpointError(f"model generation timed out after {GENERATE_TIMEOUT_S:.0f} s: {' '.join(cmd[:2])}") from None
+            raise CheckpointError(
+                f"model generation timed out after {GENERATE_TIMEOUT_S:.0f} s: {' '.join(cmd[:2])}"
+            ) from None
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
             raise CheckpointError(f"model generation failed (exit {proc.returncode}) with {python}:\n{tail}")
@@ -157,7 +163,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read as JSON ({exc}); re-download or regenerate the checkpoint") from None
+        raise CheckpointError(
+            f"{path}: cannot read as JSON ({exc}); re-download or regenerate the checkpoint"
+        ) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object at top level")
     return data
@@ -254,9 +262,6 @@ def arm_constraint_violations(facts: CheckpointFacts, method: str | None, k: int
 
 
 # --------------------------------------------------------------------------- Prefect edge
-
-from prefect import task  # noqa: E402  (thin edge: the logic above tests without Prefect)
-
 
 @task(name="check_checkpoint")
 def check_checkpoint_task(path: Path) -> CheckpointFacts:

@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +36,9 @@ BUILD_LOG = "specwatch-build.log"
 # break imports beside the +cpu torch; vLLM serves text models without them.
 BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 # pip lines worth showing while a multi-minute install runs; the rest goes to the log file.
-_PROGRESS = re.compile(r"^(Collecting|Downloading|Installing collected|Successfully|Found existing|ERROR|WARNING: Skipping)")
+_PROGRESS = re.compile(
+    r"^(Collecting|Downloading|Installing collected|Successfully|Found existing|ERROR|WARNING: Skipping)"
+)
 
 
 class ImageError(Exception):
@@ -64,7 +66,7 @@ def venv_python(venv: Path) -> Path:
 
 def _run(argv: Sequence[str], what: str, timeout: float = 300.0) -> str:
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ImageError(f"{what} failed: {exc}") from None
     if proc.returncode != 0:
@@ -90,7 +92,7 @@ def write_image_marker(venv: Path, spec: ImageSpec, build_s: float = 0.0) -> Ima
         "digest": digest,
         "python": str(python),
         "build_s": round(build_s, 3),
-        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     tmp = venv / (IMAGE_MARKER + ".tmp")
     tmp.write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
@@ -162,11 +164,15 @@ class VenvBackend:
 
     def _build(self, spec: ImageSpec, venv: Path, started: float) -> ImageRef:
         if venv.exists():
-            log.warning("image %s: %s has no %s (an interrupted build); deleting and rebuilding", spec.name, venv, IMAGE_MARKER)
+            log.warning(
+                "image %s: %s has no %s (an interrupted build); deleting and rebuilding", spec.name, venv, IMAGE_MARKER
+            )
             shutil.rmtree(venv)
         base = shutil.which(spec.python)
         if base is None:
-            raise ImageError(f"image {spec.name}: interpreter {spec.python!r} not found; install it or set python: to a path")
+            raise ImageError(
+                f"image {spec.name}: interpreter {spec.python!r} not found; install it or set python: to a path"
+            )
         log.info("image %s: creating venv %s with %s", spec.name, venv, base)
         _run([base, "-m", "venv", str(venv)], f"creating venv {venv}", timeout=600)
         python = str(venv_python(venv))
@@ -176,7 +182,9 @@ class VenvBackend:
         self._pip(spec, [python, "-m", "pip", "install", requirement], build_log, f"pip install {requirement}")
         self._pip(spec, [python, "-m", "pip", "uninstall", "-y", *BROKEN_EXTRAS], build_log, "pip uninstall extras")
         ref = write_image_marker(venv, spec, build_s=time.monotonic() - started)
-        log.info("image %s: built %s %s in %.0f s (%s)", spec.name, spec.package, ref.vllm_version, ref.build_s, ref.digest)
+        log.info(
+            "image %s: built %s %s in %.0f s (%s)", spec.name, spec.package, ref.vllm_version, ref.build_s, ref.digest
+        )
         return ref
 
     def _pip(self, spec: ImageSpec, argv: list[str], build_log: Path, what: str) -> None:
@@ -184,7 +192,9 @@ class VenvBackend:
         tail: collections.deque[str] = collections.deque(maxlen=40)
         with open(build_log, "a") as out:
             out.write(f"$ {' '.join(argv)}\n")
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+            )
             assert proc.stdout is not None
             for line in proc.stdout:
                 out.write(line)
@@ -198,8 +208,13 @@ class VenvBackend:
             errors = [ln for ln in tail if ln.startswith("ERROR")] or list(tail)[-1:] or ["(no output)"]
             hint = ""
             if any("+cpu" in ln for ln in errors):
-                hint = "; torch ==X+cpu comes from the PyTorch CPU index: set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu"
-            raise ImageError(f"image {spec.name}: {what} failed (exit {rc}): {errors[-1]}{hint} (full log: {build_log})")
+                hint = (
+                    "; torch ==X+cpu comes from the PyTorch CPU index: "
+                    "set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu"
+                )
+            raise ImageError(
+                f"image {spec.name}: {what} failed (exit {rc}): {errors[-1]}{hint} (full log: {build_log})"
+            )
 
 
 # --------------------------------------------------------------------------- endpoint
@@ -208,18 +223,22 @@ class VenvBackend:
 class EndpointBackend:
     """A vLLM someone else started: probe it, read its version, build nothing."""
 
-    def __init__(self, timeout_s: float = 5.0) -> None:
+    def __init__(self, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.timeout_s = timeout_s
+        self.transport = transport  # tests inject an httpx.MockTransport
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         assert spec.url is not None
         url = spec.url.rstrip("/")
         started = time.monotonic()
         try:
-            with httpx.Client(timeout=self.timeout_s) as client:
+            with httpx.Client(timeout=self.timeout_s, transport=self.transport) as client:
                 models = client.get(f"{url}/v1/models")
                 if models.status_code != 200:
-                    raise ImageError(f"image {spec.name}: {url}/v1/models answered HTTP {models.status_code}; is it an OpenAI-compatible vLLM?")
+                    raise ImageError(
+                        f"image {spec.name}: {url}/v1/models answered HTTP {models.status_code}; "
+                        "is it an OpenAI-compatible vLLM?"
+                    )
                 version: str | None = None
                 try:  # /version is vLLM-specific; other servers may lack it
                     resp = client.get(f"{url}/version")
@@ -229,7 +248,9 @@ class EndpointBackend:
                 except (httpx.HTTPError, ValueError, AttributeError):
                     version = None
         except httpx.HTTPError as exc:
-            raise ImageError(f"image {spec.name}: endpoint {url} unreachable ({type(exc).__name__}); start the server or fix url") from None
+            raise ImageError(
+                f"image {spec.name}: endpoint {url} unreachable ({type(exc).__name__}); start the server or fix url"
+            ) from None
         return ImageRef(
             name=spec.name,
             backend="endpoint",
@@ -250,7 +271,7 @@ def backend_for(spec: ImageSpec) -> ImageBackend:
 
 # --------------------------------------------------------------------------- Prefect edge
 
-from prefect import task  # noqa: E402  (thin edge: the logic above tests without Prefect)
+from prefect import task  # the thin edge: everything above tests without Prefect
 
 
 @task(name="build_image")

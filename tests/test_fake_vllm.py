@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,10 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-try:
-    from tests.fakeserver import fake_vllm_cmd, fake_vllm_env, free_port, run_fake_vllm
-except ImportError:  # tests/ imported as a rootdir, not a package
-    from fakeserver import fake_vllm_cmd, fake_vllm_env, free_port, run_fake_vllm
+from tasks.arm import free_port
+from tests.fakeserver import fake_vllm_env, run_fake_vllm
 
 MODEL = "fake/m"
 K = 3
@@ -136,8 +135,8 @@ def test_plain_server_switches(plain_server: str) -> None:
 
 
 def test_refuse_k_exits_fast() -> None:
-    cmd = fake_vllm_cmd(free_port(), ["--spec-config", json.dumps({"method": "ngram", "num_speculative_tokens": 7}),
-                                      "--refuse-k", "7,8"])  # fmt: skip
+    cmd = [sys.executable, "-m", "specwatch.fake_vllm", "--port", str(free_port()),
+           "--spec-config", json.dumps({"method": "ngram", "num_speculative_tokens": 7}), "--refuse-k", "7,8"]
     t = time.monotonic()
     proc = subprocess.run(cmd, env=fake_vllm_env(), capture_output=True, text=True, timeout=10)
     assert proc.returncode == 1 and time.monotonic() - t < 5

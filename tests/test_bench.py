@@ -1,0 +1,126 @@
+"""The benchmark client against a real HTTP server that knows its own truth (specwatch.fake_vllm)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from specwatch.records import CellResult, RequestSample, SpecWindow
+from specwatch.spec import SamplingSpec, WorkloadSpec
+from tasks.bench import BenchError, BenchTarget, benchmark, gate
+from tests.fakeserver import run_fake_vllm
+
+MODEL = "demo"
+K = 4
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 4})
+PROBS = "0.9,0.8,0.7,0.6"
+
+
+def fake(*extra: str) -> list[str]:
+    return ["--served-model-name", MODEL, "--spec-config", SPEC, "--accept-probs", PROBS, "--step-ms", "8", *extra]
+
+
+def workload(**kw: object) -> WorkloadSpec:
+    base = dict(prompt_classes=["code"], prompt_tokens=40, max_tokens=48, concurrency=[1], requests_per_cell=4,
+                warmup_requests=1, read_timeout_s=30.0)
+    return WorkloadSpec(**{**base, **kw})
+
+
+def bench(url: str, wl: WorkloadSpec, namespace: str = "t1") -> list[CellResult]:
+    return asyncio.run(benchmark(BenchTarget(url, MODEL, namespace), wl, SamplingSpec(), 0.01))
+
+
+def test_tokens_come_from_usage_and_rates_match_the_servers_truth() -> None:
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload())
+        truth = httpx.get(f"{url}/truth").json()["records"][-4:]
+    assert not cell.rejected, cell.reject_reason
+    assert cell.completion_tokens == 4 * 48
+    # Several tokens per chunk under speculation: a chunk-counting client would undercount.
+    assert all(r.chunks < r.completion_tokens for r in cell.requests)
+    true_rate = sorted(t["decode_tok_s"] for t in truth)
+    measured = sorted(r.decode_tok_s for r in cell.requests)
+    assert measured == pytest.approx(true_rate, rel=0.05)
+
+
+def test_prompts_are_calibrated_and_nonce_fronted() -> None:
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload(prompt_tokens=64))
+    assert all(63 <= r.prompt_tokens <= 64 for r in cell.requests)
+    assert cell.window.prefix_cache_hit_rate == 0.0
+
+
+def test_counters_are_windowed_per_cell_not_lifetime() -> None:
+    with run_fake_vllm(fake()) as url:
+        cells = bench(url, workload(concurrency=[1, 2], requests_per_cell=3))
+    # warm-up and the first cell moved the counters before the second cell started
+    assert [c.window.generation_tokens for c in cells] == [3 * 48, 3 * 48]
+    for c in cells:
+        w = c.window
+        assert w.num_draft_tokens == K * w.num_drafts
+        assert sum(w.accepted_per_position) == w.num_accepted_tokens
+        assert 1.0 < w.mean_acceptance_length <= K + 1
+        assert c.server_aggregate_tok_s == pytest.approx(c.aggregate_tok_s)
+
+
+def test_concurrency_is_observed() -> None:
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload(concurrency=[4], requests_per_cell=8, max_tokens=96))
+    assert cell.max_running_observed == 4
+    assert not cell.rejected
+
+
+def test_replayed_prompts_hit_the_prefix_cache_and_are_rejected() -> None:
+    with run_fake_vllm(fake()) as url:
+        (first,) = bench(url, workload(warmup_requests=0), namespace="same")
+        (again,) = bench(url, workload(warmup_requests=0), namespace="same")
+    assert not first.rejected
+    assert again.rejected and "prefix-cache hit rate" in again.reject_reason
+    assert again.window.prefix_cache_hit_rate > 0.5
+
+
+def test_failed_requests_reject_the_cell_with_the_reason() -> None:
+    with run_fake_vllm(fake("--fail-every", "3")) as url:
+        (cell,) = bench(url, workload(warmup_requests=0, requests_per_cell=6))
+    assert cell.requests_failed == 2
+    assert cell.rejected and "2 of 6 requests failed" in cell.reject_reason and "HTTP 500" in cell.reject_reason
+    assert cell.completion_tokens == 4 * 48  # failed requests are not averaged in
+
+
+def test_client_read_timeout_is_reported_as_such() -> None:
+    with run_fake_vllm(fake("--stall-after-tokens", "5")) as url:
+        (cell,) = bench(url, workload(warmup_requests=0, requests_per_cell=1, read_timeout_s=0.5))
+    (req,) = cell.requests
+    assert req.status == "timeout" and "client read timeout" in req.error and "read_timeout_s" in req.error
+    assert cell.rejected
+
+
+def test_down_server_is_a_bench_error() -> None:
+    with pytest.raises(BenchError, match="not answering"):
+        bench("http://127.0.0.1:9", workload())
+
+
+def test_wrong_model_name_is_a_bench_error() -> None:
+    with run_fake_vllm(["--served-model-name", "other"]) as url, pytest.raises(BenchError, match="not served"):
+        bench(url, workload())
+
+
+def _cell(running: int | None, hits: float, rep: float) -> CellResult:
+    reqs = [RequestSample(index=0, prompt_tokens=10, status="ok", completion_tokens=8, decode_s=1.0,
+                          repetition_ratio=rep)]
+    return CellResult(concurrency=4, prompt_class="code", prompt_tokens=10, max_tokens=8, wall_s=1.0,
+                      window=SpecWindow(prefix_cache_hits=hits, prefix_cache_queries=100.0),
+                      max_running_observed=running, requests=reqs)
+
+
+def test_gate_reasons_and_repetition_flag() -> None:
+    assert not gate(_cell(4, 0.0, 0.1), 0.01, 0.5).rejected
+    low = gate(_cell(2, 0.0, 0.1), 0.01, 0.5)
+    assert low.rejected and "concurrency 4 never reached (max running observed 2)" in low.reject_reason
+    cached = gate(_cell(4, 1.0, 0.1), 0.01, 0.5)
+    assert cached.rejected and "1.0%" in cached.reject_reason
+    looped = gate(_cell(4, 0.0, 0.8), 0.01, 0.5)
+    assert not looped.rejected and looped.flags == ["acceptance may be inflated by repetition (median repetition ratio 0.80)"]
