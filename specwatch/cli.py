@@ -32,6 +32,10 @@ def _fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
 def _load(file: Path) -> ExperimentSpec:
     try:
         return load_spec(file)
@@ -95,16 +99,14 @@ def run(
     result = read_raw(outcome.run_dir)
     rows = verdict_rows(result, spec.baseline, spec.thresholds.noise_band)
     table = Table(title=f"run {outcome.run_id}: {outcome.headline}")
-    for col in ("arm", "k", "c", "class", "decode tok/s", "Δ vs base", "TTFT s", "mean acc len", "per-position",
+    for col in ("arm", "k", "c", "class", "decode tok/s", "Δ vs base", "TTFT ms", "mean acc len", "last pos acc",
                 "verdict"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for r in rows:
+        last = r.acceptance_per_position.split()[-1] if r.acceptance_per_position else "-"
         table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class,
-                      f"{r.decode_tok_s:.1f}" if r.decode_tok_s is not None else "-",
-                      f"{r.delta_pct:+.1f}%" if r.delta_pct is not None else "-",
-                      f"{r.ttft_s:.3f}" if r.ttft_s is not None else "-",
-                      f"{r.mean_acceptance_length:.2f}" if r.mean_acceptance_length is not None else "-",
-                      r.acceptance_per_position or "-", r.verdict)
+                      _num(r.decode_tok_s, ".1f"), _num(r.delta_pct, "+.1f", "%"), _num(r.ttft_s and r.ttft_s * 1e3, ".0f"),
+                      _num(r.mean_acceptance_length, ".2f"), last, r.verdict)
     out.print(table)
     for arm in result.arms:
         if arm.status != "ok":

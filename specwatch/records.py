@@ -13,6 +13,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, computed_field
 
 
+# No real decode step is shorter than this; chunks closer together were buffered and
+# delivered in one burst (seen on vLLM's API server when steps take ~3 ms on a 2-core host).
+COALESCED_GAP_S = 0.0002
+
+
 class _Record(BaseModel):
     # Records are re-read from results.json by `specwatch ingest`; computed fields are in
     # that JSON too, so unknown keys are ignored on the way back in.
@@ -110,7 +115,17 @@ class RequestSample(_Record):
     ttft_s: float | None = None
     e2e_s: float | None = None
     decode_s: float | None = None
+    chunk_gap_median_s: float | None = None
     repetition_ratio: float | None = None
+
+    @property
+    def coalesced(self) -> bool:
+        """Tokens arrived in one burst: the server buffered the stream, so its timing says nothing."""
+        return (
+            self.status == "ok"
+            and self.chunk_gap_median_s is not None
+            and self.chunk_gap_median_s < COALESCED_GAP_S
+        )
 
     @computed_field
     @property

