@@ -106,8 +106,9 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
                                 arm_dir=run_dir / "arms" / f"{arm.name}-b1")
             logger.info("arm %s: launching (image %s, k=%s)", arm.name, arm.image, arm.k)
             arm_result = launch_arm(arm, spec, refs[arm.image], ctx, facts, namespace=f"{run_id}:{arm.name}:b1")
-            logger.info("arm %s: %s%s", arm.name, arm_result.status,
-                        f" ({arm_result.reason})" if arm_result.reason else "")
+            rejected = sum(c.rejected for c in arm_result.cells)
+            logger.info("arm %s: %s, %d cell(s), %d rejected%s", arm.name, arm_result.status, len(arm_result.cells),
+                        rejected, f" ({arm_result.reason})" if arm_result.reason else "")
             result.arms.append(arm_result)
             write_raw(result, run_dir)  # each finished arm is on disk before the next one starts
     except CheckpointError as exc:
@@ -126,7 +127,8 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
     try:
         ingest_task(result, run_dir, db_path)
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds)
-        ingest_task(result, run_dir, db_path)
+        # the run's exit code depends on the checks, so its row is rewritten with them
+        ingest_task(result, run_dir, db_path, tables=("runs", "quality_results"))
     except DatabaseError as exc:
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",

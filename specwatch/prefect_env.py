@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 from specwatch import paths
@@ -18,3 +19,5 @@ def configure() -> None:
     os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "specwatch")
     # ...and the same loggers used outside a flow (CLI, tests) stay local instead of warning.
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    # Per-cell progress is logged at INFO; the stdlib default (WARNING) would hide it.
+    logging.getLogger("specwatch").setLevel(logging.INFO)

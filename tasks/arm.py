@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from collections.abc import Callable
 from typing import Protocol
 
 import httpx
@@ -25,9 +26,9 @@ from prefect import task
 from specwatch import processes
 from specwatch.metrics import MetricsSnapshot
 from specwatch.redact import redact_argv, redact_env, redact_text
-from specwatch.records import ArmResult, CheckpointFacts, ImageRef, LaunchRecord
-from specwatch.spec import ArmSpec, ExperimentSpec
-from tasks.bench import BenchError, BenchTarget, benchmark
+from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, LaunchRecord
+from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
+from tasks.bench import BenchError, BenchTarget, measure_isolated, prepare, run_benchmark
 from tasks.checkpoint import arm_constraint_violations
 
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
@@ -205,6 +206,9 @@ def confirm_k(arm: ArmSpec, handle: ServerHandle, snapshot: MetricsSnapshot) -> 
         raise LaunchError(f"arm has speculation off but the server runs k={k} (from {source})")
 
 
+Measure = Callable[[BenchTarget, WorkloadSpec, SamplingSpec, float], list[CellResult]]
+
+
 def run_arm(
     arm: ArmSpec,
     spec: ExperimentSpec,
@@ -213,6 +217,7 @@ def run_arm(
     facts: CheckpointFacts | None,
     namespace: str,
     block: int = 1,
+    measure: Measure = measure_isolated,
 ) -> ArmResult:
     """One launch of one arm. Every failure becomes a recorded outcome with its reason."""
     started = datetime.now(UTC)
@@ -226,13 +231,9 @@ def run_arm(
         with launcher_for(arm, image).start(arm, image, ctx) as handle:
             boot_s = wait_ready(handle, arm.boot_timeout_s)
             handle.record = handle.record.model_copy(update={"boot_s": boot_s})
-            cells = asyncio.run(
-                benchmark(
-                    BenchTarget(handle.base_url, spec.served_name, namespace),
-                    spec.workload, spec.sampling, spec.thresholds.max_prefix_cache_hit_rate,
-                    after_warmup=lambda snap: confirm_k(arm, handle, snap),
-                )
-            )
+            target = BenchTarget(handle.base_url, spec.served_name, namespace)
+            confirm_k(arm, handle, asyncio.run(prepare(target, spec.workload, spec.sampling)))
+            cells = measure(target, spec.workload, spec.sampling, spec.thresholds.max_prefix_cache_hit_rate)
         return ArmResult(**base, status="ok", launch=handle.record, cells=cells, ended_at=datetime.now(UTC))
     except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:
         reason = str(exc) or type(exc).__name__
@@ -242,12 +243,8 @@ def run_arm(
 
 @task(name="launch_arm")
 def launch_arm(
-    arm: ArmSpec,
-    spec: ExperimentSpec,
-    image: ImageRef,
-    ctx: LaunchContext,
-    facts: CheckpointFacts | None,
+    arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
     namespace: str,
-    block: int = 1,
 ) -> ArmResult:
-    return run_arm(arm, spec, image, ctx, facts, namespace, block)
+    """The flow's edge: the arm's lifecycle, with the benchmark as a Prefect task of its own."""
+    return run_arm(arm, spec, image, ctx, facts, namespace, measure=run_benchmark)

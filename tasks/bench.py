@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
 import statistics
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import httpx
@@ -296,24 +298,26 @@ async def warm_up(client: Client) -> None:
             raise BenchError(f"warm-up request failed: {sample.error}")
 
 
-async def benchmark(
+async def prepare(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec) -> MetricsSnapshot:
+    """Check the endpoint serves the model, warm it up (discarded), return its counters after warm-up.
+
+    Once speculation has run, the counters' position labels tell the server's real k.
+    """
+    async with Client(target, workload, sampling) as client:
+        await client.check_ready()
+        await warm_up(client)
+        return await client.metrics()
+
+
+async def measure(
     target: BenchTarget,
     workload: WorkloadSpec,
     sampling: SamplingSpec,
     max_prefix_cache_hit_rate: float,
     on_cell: CellCallback | None = None,
-    after_warmup: Callable[[MetricsSnapshot], None] | None = None,
 ) -> list[CellResult]:
-    """Warm up, then every cell (concurrency x prompt class).
-
-    `after_warmup` sees the server's counters once speculation has run (its position
-    labels tell the server's real k) and may raise to abandon the arm before any cell.
-    """
+    """Every cell (concurrency x prompt class), in order."""
     async with Client(target, workload, sampling) as client:
-        await client.check_ready()
-        await warm_up(client)
-        if after_warmup:
-            after_warmup(await client.metrics())
         cells = []
         for concurrency in workload.concurrency:
             for prompt_class in workload.prompt_classes:
@@ -331,14 +335,39 @@ async def benchmark(
         return cells
 
 
-@task(name="run_benchmark")
-def run_benchmark(
+async def benchmark(
     target: BenchTarget,
     workload: WorkloadSpec,
     sampling: SamplingSpec,
     max_prefix_cache_hit_rate: float,
-    after_warmup: Callable[[MetricsSnapshot], None] | None = None,
+    on_cell: CellCallback | None = None,
 ) -> list[CellResult]:
-    return asyncio.run(
-        benchmark(target, workload, sampling, max_prefix_cache_hit_rate, after_warmup=after_warmup)
-    )
+    """Warm-up, then every cell, in this process."""
+    await prepare(target, workload, sampling)
+    return await measure(target, workload, sampling, max_prefix_cache_hit_rate, on_cell)
+
+
+def _measure_sync(
+    target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, max_prefix_cache_hit_rate: float
+) -> list[CellResult]:
+    # A spawned process starts with no logging set up: per-cell progress goes to stderr.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
+    return asyncio.run(measure(target, workload, sampling, max_prefix_cache_hit_rate))
+
+
+def measure_isolated(
+    target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, max_prefix_cache_hit_rate: float
+) -> list[CellResult]:
+    """`measure` in a fresh process of its own.
+
+    Chunk arrival times are taken on the client's event loop; inside a flow process,
+    Prefect's log and event threads hold the GIL often enough to stall that loop, so
+    chunks pile up and are stamped together (bursts seen in whole-flow runs, not in a
+    bare client against the same server).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_measure_sync, target, workload, sampling, max_prefix_cache_hit_rate).result()
+
+
+run_benchmark = task(measure_isolated, name="run_benchmark")

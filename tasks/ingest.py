@@ -115,18 +115,19 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
     return {table: pd.DataFrame(rows) for table, rows in data.items()}
 
 
-def ingest(result: RunResult, db_path: Path) -> dict[str, int]:
-    """Replace the run's rows in every table, in one transaction; returns rows written per table."""
+def ingest(result: RunResult, db_path: Path, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
+    """Replace the run's rows in `tables` (default: all), in one transaction; returns rows written per table."""
     con = db.connect(db_path)
     try:
         con.begin()
         try:
-            for table in reversed(TABLES):
+            for table in reversed(tables):
                 con.execute(db.load_sql(f"ingest/delete_{table}.sql"), {"run_id": result.run_id})
             counts = {}
             for table, frame in frames(result).items():
-                db.append(con, table, frame)
-                counts[table] = len(frame)
+                if table in tables:
+                    db.append(con, table, frame)
+                    counts[table] = len(frame)
             con.commit()
         except Exception:
             con.rollback()
@@ -137,6 +138,6 @@ def ingest(result: RunResult, db_path: Path) -> dict[str, int]:
 
 
 @task(name="ingest")
-def ingest_task(result: RunResult, run_dir: Path, db_path: Path) -> dict[str, int]:
+def ingest_task(result: RunResult, run_dir: Path, db_path: Path, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
     write_raw(result, run_dir)
-    return ingest(result, db_path)
+    return ingest(result, db_path, tables)

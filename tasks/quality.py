@@ -260,10 +260,7 @@ def sanity_records(frame: pd.DataFrame, failed: dict[str, set[int]], thresholds:
             passed = row_id not in failed.get(b.metric, set())
             out.append(
                 QualityRecord(
-                    arm=row["arm"],
-                    block=int(row["block"]),
-                    concurrency=int(row["concurrency"]),
-                    prompt_class=row["prompt_class"],
+                    **_cell_key(row),
                     check=b.check,
                     metric=b.metric,
                     value=value,
@@ -274,6 +271,11 @@ def sanity_records(frame: pd.DataFrame, failed: dict[str, set[int]], thresholds:
                 )
             )
     return out
+
+
+def _cell_key(row: pd.Series) -> dict[str, Any]:
+    return {"arm": row["arm"], "block": int(row["block"]), "concurrency": int(row["concurrency"]),
+            "prompt_class": row["prompt_class"]}
 
 
 def _regression_detail(metric: str, position: float | None, value: float, baseline: float, band: float) -> str:
@@ -293,10 +295,7 @@ def regression_records(frame: pd.DataFrame, failed: set[int], thresholds: Thresh
         value, baseline = float(row["value"]), float(row["baseline_value"])
         out.append(
             QualityRecord(
-                arm=row["arm"],
-                block=int(row["block"]),
-                concurrency=int(row["concurrency"]),
-                prompt_class=row["prompt_class"],
+                **_cell_key(row),
                 check=row["check_name"],
                 metric=row["metric"],
                 value=value,

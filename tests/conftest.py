@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 _STATE = Path(tempfile.mkdtemp(prefix="specwatch-test-"))
@@ -42,3 +43,12 @@ def demo_model(vllm_image: ImageRef) -> Path:
 
     assert vllm_image.python is not None
     return ensure_generated_model(GeneratedModel(), vllm_image.python)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """A throwaway Prefect API for flow tests, stopped before pytest closes its output streams."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield

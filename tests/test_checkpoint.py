@@ -154,7 +154,7 @@ def test_generate_then_reuse(fake_gen: Path, monkeypatch: pytest.MonkeyPatch) ->
     spec = GeneratedModel(layers=2)
     out = ck.ensure_generated_model(spec, Path(sys.executable))
     assert (out / ck.MODEL_MARKER).is_file() and (out / "config.json").is_file()
-    assert out.name.startswith("llama-l2-h256-")
+    assert out.name.startswith("llama-l2-h768-")
     assert "code.txt" in (out / "corpus.txt").read_text()  # the shipped prompts are the corpus
     assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temp dir left behind
     assert ck.check_checkpoint(out).shards == 1

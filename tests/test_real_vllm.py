@@ -43,7 +43,7 @@ def api_servers() -> str:
 
 
 @pytest.fixture(scope="module")
-def ab_run(vllm_image: ImageRef, demo_model: Path, tmp_path_factory: pytest.TempPathFactory):
+def ab_run(vllm_image: ImageRef, demo_model: Path, prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
     from flows.ab import ab
 
     db = tmp_path_factory.mktemp("db") / "history.duckdb"

@@ -1,0 +1,83 @@
+"""The A/B flow end to end on a real Prefect API, with two already-running test servers (endpoint images)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from specwatch.spec import ExperimentSpec
+from tests.fakeserver import run_fake_vllm
+
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+
+
+def server(*extra: str) -> list[str]:
+    return ["--served-model-name", "demo", "--spec-config", SPEC, "--accept-probs", "0.99,0.98,0.97",
+            "--step-ms", "6", *extra]
+
+
+def experiment(base_url: str, cand_url: str) -> ExperimentSpec:
+    ngram = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
+    return ExperimentSpec.model_validate({
+        "name": "flow-test",
+        "model": {"generate": {}, "served_name": "demo"},
+        "images": [{"name": "old", "backend": "endpoint", "url": base_url},
+                   {"name": "new", "backend": "endpoint", "url": cand_url}],
+        "arms": [{"name": "base", "image": "old", "speculative": ngram},
+                 {"name": "cand", "image": "new", "speculative": ngram}],
+        "baseline": "base",
+        "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens": 256,
+                     "concurrency": [1, 2], "requests_per_cell": 4, "warmup_requests": 1},
+    })
+
+
+@pytest.fixture(scope="module")
+def planted(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
+    from flows.ab import ab
+
+    db = tmp_path_factory.mktemp("db") / "h.duckdb"
+    # The candidate's steps take 1.6x as long: a real slowdown the checks must flag. Acceptance is high
+    # and ~260 drafts per cell, so its sampling noise (~1%) stays far inside the 5% band.
+    with run_fake_vllm(server()) as base, run_fake_vllm(server("--slowdown", "1.6")) as cand:
+        outcome = ab(experiment(base, cand), db=str(db))
+    return outcome, db
+
+
+def q(db: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_planted_slowdown_is_flagged_in_every_cell(planted) -> None:
+    outcome, db = planted
+    assert outcome.exit_code == 3 and outcome.headline == "REGRESSION flagged"
+    flagged = q(db, "select arm, concurrency, prompt_class, value / baseline_value - 1 from quality_results "
+                    "where check_name = 'regression.decode_tok_s' and not passed order by concurrency, prompt_class")
+    assert [(a, c, p) for a, c, p, _ in flagged] == [("cand", 1, "code"), ("cand", 1, "json"),
+                                                     ("cand", 2, "code"), ("cand", 2, "json")]
+    assert all(-0.5 < d < -0.25 for *_, d in flagged)  # 1/1.6 - 1 = -37.5%
+
+
+def test_acceptance_is_not_flagged_when_only_speed_changed(planted) -> None:
+    _, db = planted
+    failed = q(db, "select check_name from quality_results where not passed and check_name <> "
+                   "'regression.decode_tok_s'")
+    assert failed == []
+    checked = q(db, "select count(*) from quality_results where check_name = 'regression.acceptance_length'")
+    assert checked == [(4,)]
+
+
+def test_run_row_records_exit_code_and_report(planted) -> None:
+    outcome, db = planted
+    assert q(db, "select exit_code, flow_run_id is not null from runs") == [(3, True)]
+    assert q(db, "select arm, launcher, k_confirmed, k_source from arms order by arm") == [
+        ("base", "endpoint", 3, "metrics"), ("cand", "endpoint", 3, "metrics")]
+    report = (outcome.run_dir / "report.md").read_text()
+    assert "**Verdict: REGRESSION flagged**" in report
+    assert "regression.decode_tok_s" in report
