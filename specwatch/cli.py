@@ -18,7 +18,8 @@ from specwatch.spec import ExperimentSpec, SpecError, load_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
-out = Console()
+# Piped output (CI logs, `tee`) would otherwise be cut to 80 columns and the verdict table squeezed.
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
 
 DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default $SPECWATCH_HOME/specwatch.duckdb)")]
@@ -100,7 +101,7 @@ def run(
     rows = verdict_rows(result, spec.baseline, spec.thresholds.noise_band)
     table = Table(title=f"run {outcome.run_id}: {outcome.headline}")
     for col in ("arm", "k", "c", "class", "decode tok/s", "Δ vs base", "TTFT ms", "mean acc len", "last pos acc",
-                "verdict"):
+                "verdict"):  # per-position curves are in the report
         table.add_column(col, no_wrap=True)
     for r in rows:
         last = r.acceptance_per_position.split()[-1] if r.acceptance_per_position else "-"

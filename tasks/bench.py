@@ -350,8 +350,9 @@ async def benchmark(
 def _measure_sync(
     target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, max_prefix_cache_hit_rate: float
 ) -> list[CellResult]:
-    # A spawned process starts with no logging set up: per-cell progress goes to stderr.
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
+    # A spawned process starts with default logging: keep per-cell progress visible on stderr.
+    logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
+    logging.getLogger("specwatch").setLevel(logging.INFO)
     return asyncio.run(measure(target, workload, sampling, max_prefix_cache_hit_rate))
 
 

