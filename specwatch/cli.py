@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specwatch import paths, prefect_env
-from specwatch.spec import ExperimentSpec, SpecError, load_spec
+from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec, load_spec
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
@@ -117,6 +117,116 @@ def run(
         summary = {**outcome.model_dump(mode="json"), "rows": [r.__dict__ for r in rows]}
         json_path.write_text(json.dumps(summary, indent=1))
     raise typer.Exit(outcome.exit_code)
+
+
+def _duration(text: str | None) -> float | None:
+    """`30s`, `2m`, `90` (seconds)."""
+    if text is None:
+        return None
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except ValueError:
+        raise _fail(f"--duration {text!r} is not a duration; write e.g. 30s, 2m or 45") from None
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+_BENCH_OPTIONS = {
+    "prompt_classes": "--prompt-class", "prompt_tokens": "--prompt-tokens", "max_tokens": "--max-tokens",
+    "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
+    "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
+    "temperature": "--temperature", "seed": "--seed",
+}
+
+
+def _bench_inputs(**fields: object) -> tuple[WorkloadSpec, SamplingSpec]:
+    from pydantic import ValidationError
+
+    sampling_keys = {"temperature"}
+    try:
+        workload = WorkloadSpec.model_validate({k: v for k, v in fields.items() if k not in sampling_keys})
+        sampling = SamplingSpec.model_validate({k: v for k, v in fields.items() if k in sampling_keys})
+    except ValidationError as exc:
+        for e in exc.errors(include_url=False):
+            option = _BENCH_OPTIONS.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "options"
+            err.print(f"{option}: {e['msg'].removeprefix('Value error, ')} (got {e['input']!r})", markup=False)
+        raise typer.Exit(1) from None
+    return workload, sampling
+
+
+@app.command()
+def bench(
+    endpoint: Annotated[str, typer.Option(help="base URL of a running OpenAI-compatible server with /metrics")],
+    model: Annotated[str, typer.Option(help="served model name")],
+    concurrency: Annotated[str, typer.Option(help="comma-separated levels")] = "1,4,8,16",
+    prompt_class: Annotated[str, typer.Option(help="comma-separated: code, json, prose")] = "code,json,prose",
+    prompt_tokens: Annotated[int, typer.Option(help="prompt length, calibrated with /tokenize")] = 256,
+    max_tokens: Annotated[int, typer.Option(help="output length (min_tokens == max_tokens, ignore_eos)")] = 128,
+    requests: Annotated[int, typer.Option(help="requests per cell (the prompt pool in --duration mode)")] = 16,
+    duration: Annotated[str | None, typer.Option(help="closed loop per cell, e.g. 30s; replaces --requests")] = None,
+    warmup: Annotated[int, typer.Option(help="discarded warm-up requests")] = 2,
+    seed: Annotated[int, typer.Option(help="prompt content seed (nonces are always fresh)")] = 0,
+    temperature: Annotated[float, typer.Option(help="sampling temperature (0 = greedy)")] = 0.0,
+    connect_timeout: Annotated[float, typer.Option(help="seconds")] = 10.0,
+    read_timeout: Annotated[float, typer.Option(help="seconds without a byte before a request is a client timeout")]
+    = 300.0,
+    max_prefix_cache_hit_rate: Annotated[float, typer.Option(help="reject cells at or above this hit rate")] = 0.01,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+) -> None:
+    """Benchmark a server that is already running; exit 0 all cells accepted, 4 any rejected, 1 error."""
+    import asyncio
+    import secrets
+    from datetime import UTC, datetime
+
+    from rich.progress import Progress
+
+    import specwatch
+    from tasks.bench import BenchError, BenchTarget, benchmark
+
+    try:
+        levels = [int(c) for c in _csv(concurrency)]
+    except ValueError:
+        raise _fail(f"--concurrency {concurrency!r}: write whole numbers separated by commas, e.g. 1,4,8") from None
+    workload, sampling = _bench_inputs(
+        concurrency=levels, prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+        requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
+        connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,
+    )
+    target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
+    started = datetime.now(UTC)
+    total = len(workload.concurrency) * len(workload.prompt_classes)
+    with Progress(console=err, transient=True) as progress:
+        bar = progress.add_task("cells", total=total)
+        try:
+            cells = asyncio.run(benchmark(target, workload, sampling, max_prefix_cache_hit_rate,
+                                          on_cell=lambda _: progress.advance(bar)))
+        except BenchError as exc:
+            raise _fail(str(exc)) from None
+    table = Table(title=f"{endpoint} {model}")
+    for col in ("c", "class", "ok/failed", "decode tok/s p50", "TTFT ms p50", "aggregate tok/s", "server tok/s",
+                "mean acc len", "prefix hit", "max running", "status"):
+        table.add_column(col, no_wrap=True)
+    for c in cells:
+        table.add_row(str(c.concurrency), c.prompt_class, f"{c.requests_ok}/{c.requests_failed}",
+                      _num(c.decode_tok_s_median, ".1f"), _num(c.ttft_s_median and c.ttft_s_median * 1e3, ".0f"),
+                      _num(c.aggregate_tok_s, ".1f"), _num(c.server_aggregate_tok_s, ".1f"),
+                      _num(c.window.mean_acceptance_length, ".2f"), _num(c.window.prefix_cache_hit_rate, ".1%"),
+                      str(c.max_running_observed), f"rejected: {c.reject_reason}" if c.rejected else
+                      ("; ".join(c.flags) or "ok"))
+    out.print(table)
+    if json_path:
+        doc = {
+            "specwatch_version": specwatch.__version__, "endpoint": endpoint, "model": model,
+            "started_at": started.isoformat(), "ended_at": datetime.now(UTC).isoformat(),
+            "sampling": sampling.model_dump(), "workload": workload.model_dump(),
+            "max_prefix_cache_hit_rate": max_prefix_cache_hit_rate,
+            "cells": [c.summary() for c in cells],
+        }
+        json_path.write_text(json.dumps(doc, indent=1))
+    raise typer.Exit(4 if any(c.rejected for c in cells) else 0)
 
 
 @app.command()

@@ -17,7 +17,7 @@ COUNTERS: dict[str, str] = {
     "num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
     "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
     "generation_tokens": "vllm:generation_tokens_total",
-    "prompt_tokens": "vllm:prompt_tokens_total",
+    "server_prompt_tokens": "vllm:prompt_tokens_total",
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     "prefix_cache_queries": "vllm:prefix_cache_queries_total",
 }

@@ -73,7 +73,7 @@ class SpecWindow(_Record):
     num_accepted_tokens: float | None = None
     accepted_per_position: list[float] | None = None
     generation_tokens: float | None = None
-    prompt_tokens: float | None = None
+    server_prompt_tokens: float | None = None
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
 
@@ -222,6 +222,12 @@ class CellResult(_Record):
     @property
     def repetition_ratio_median(self) -> float | None:
         return _quantile(self._values("repetition_ratio"), 0.5)
+
+
+    def summary(self) -> dict:
+        """The cell as one flat row: its own figures plus the counter window's (no per-request detail)."""
+        window = self.window.model_dump(exclude={"accepted_per_position"})
+        return {**self.model_dump(exclude={"requests", "window"}), **window}
 
 
 class LaunchRecord(_Record):

@@ -176,6 +176,9 @@ class WorkloadSpec(_Strict):
     max_tokens: Annotated[int, Field(ge=2)] = 64
     concurrency: Annotated[list[PositiveInt], Field(min_length=1)] = [1, 4]
     requests_per_cell: PositiveInt = 8
+    duration_s: PositiveFloat | None = Field(
+        default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
+    )
     warmup_requests: Annotated[int, Field(ge=0)] = 2
     seed: int = 0
     connect_timeout_s: PositiveFloat = 10.0

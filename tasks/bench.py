@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import multiprocessing
 import statistics
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -239,41 +240,64 @@ def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_rat
 async def _run_cell(
     client: Client, concurrency: int, prompt_class: str, max_prefix_cache_hit_rate: float
 ) -> CellResult:
+    """Closed loop: `concurrency` workers send requests back to back.
+
+    Request-count mode sends `requests_per_cell` requests. Duration mode keeps sending for
+    `duration_s` and counts only requests that started and finished inside that window;
+    the counter window closes at the deadline too.
+    """
     wl = client.workload
     cell_ns = f"{client.target.namespace}:c{concurrency}"
-    prompts = await asyncio.gather(
-        *(
-            build_prompt(prompt_class, wl.seed, i, cell_ns, wl.prompt_tokens, client.tokenize)
-            for i in range(wl.requests_per_cell)
-        )
-    )
-    queue: asyncio.Queue[tuple[int, Prompt]] = asyncio.Queue()
-    for item in enumerate(prompts):
-        queue.put_nowait(item)
+
+    def make(i: int) -> Awaitable[Prompt]:
+        return build_prompt(prompt_class, wl.seed, i, cell_ns, wl.prompt_tokens, client.tokenize)
+
+    # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
+    pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))
+    pool.reverse()
+    next_index = len(pool)
     results: list[tuple[RequestSample, list[int] | str]] = []
+    deadline = math.inf
 
     async def worker() -> None:
-        while not queue.empty():
-            index, prompt = queue.get_nowait()
+        nonlocal next_index
+        while time.perf_counter() < deadline:
+            if pool:
+                index, prompt = pool.pop()
+            elif wl.duration_s is not None:
+                index, next_index = next_index, next_index + 1
+                prompt = await make(index)  # the pre-built pool ran dry: a longer window than expected
+            else:
+                return
             results.append(await client.stream_completion(index, prompt, wl.max_tokens))
 
     before = await client.metrics()
     stop = asyncio.Event()
     sampler = asyncio.create_task(_max_running(client, stop))
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    wall = time.perf_counter() - t0
-    after = await client.metrics()
+    if wl.duration_s is not None:
+        deadline = t0 + wl.duration_s
+    workers = asyncio.gather(*(worker() for _ in range(concurrency)))
+    if wl.duration_s is None:
+        await workers
+        wall = time.perf_counter() - t0
+        after = await client.metrics()
+    else:
+        await asyncio.sleep(wl.duration_s)
+        after = await client.metrics()
+        wall = wl.duration_s
+        await workers  # requests still running finish, but outside the window: they are not counted
     stop.set()
     peak = await sampler
 
     samples = []
     for sample, output in sorted(results, key=lambda r: r[0].index):
+        started = sample.started_s - t0  # taken on the perf_counter clock; stored relative to the cell start
+        if started + (sample.e2e_s or 0.0) > wall:
+            continue
         # Repetition is measured on the server's own token ids; text is tokenized after the window closed.
         ids = output if isinstance(output, list) else (await client.token_ids(output) if output else [])
-        ratio = repetition_ratio(ids)
-        # started_s was taken on the perf_counter clock; store it relative to the cell start.
-        samples.append(sample.model_copy(update={"started_s": sample.started_s - t0, "repetition_ratio": ratio}))
+        samples.append(sample.model_copy(update={"started_s": started, "repetition_ratio": repetition_ratio(ids)}))
     cell = CellResult(
         concurrency=concurrency,
         prompt_class=prompt_class,

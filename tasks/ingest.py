@@ -88,24 +88,14 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         })
         for cell in arm.cells:
             ckey = {**key, "concurrency": cell.concurrency, "prompt_class": cell.prompt_class}
-            dumped = cell.model_dump(exclude={"requests", "window", "concurrency", "prompt_class"})
-            w = cell.window
-            cells.append({
-                **ckey, **dumped,
-                "mean_acceptance_length": w.mean_acceptance_length,
-                "draft_acceptance_rate": w.draft_acceptance_rate,
-                "num_drafts": w.num_drafts,
-                "num_draft_tokens": w.num_draft_tokens,
-                "num_accepted_tokens": w.num_accepted_tokens,
-                "generation_tokens": w.generation_tokens,
-                "prefix_cache_hits": w.prefix_cache_hits,
-                "prefix_cache_queries": w.prefix_cache_queries,
-                "prefix_cache_hit_rate": w.prefix_cache_hit_rate,
-            })
+            summary = cell.summary()
+            del summary["acceptance_per_position"]  # stored per position in spec_positions
+            cells.append({**ckey, **summary})
             for r in cell.requests:
                 row = r.model_dump()
                 row["idx"] = row.pop("index")
                 requests.append({**ckey, **row})
+            w = cell.window
             for pos, (acc, rate) in enumerate(zip(w.accepted_per_position or [], w.acceptance_per_position or [])):
                 positions.append({**ckey, "position": pos, "accepted": acc, "acceptance": rate})
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}

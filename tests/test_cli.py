@@ -1,0 +1,112 @@
+"""The CLI contract: exit codes, one-line errors, JSON output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from specwatch.cli import app
+from tasks.ingest import write_raw
+from tests import records_factory as rf
+from tests.fakeserver import run_fake_vllm
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
+runner = CliRunner()
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+
+
+def test_validate_prints_the_plan() -> None:
+    res = runner.invoke(app, ["validate", str(EXAMPLE)])
+    assert res.exit_code == 0, res.output
+    assert "2 arm(s), 2 server launch(es)" in res.output
+
+
+def test_validate_bad_file_one_line_per_problem_and_no_traceback(tmp_path: Path) -> None:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["arms"][0]["speculative"]["k"] = -1
+    doc["arms"][1]["speculative"]["method"] = "ngarm"
+    doc["workload"]["max_tokens"] = "lots"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(doc))
+    res = runner.invoke(app, ["validate", str(bad)])
+    assert res.exit_code == 1
+    lines = [line for line in res.output.splitlines() if line.startswith("  ")]
+    assert len(lines) == 3
+    assert "Traceback" not in res.output
+
+
+def test_run_refuses_a_bad_file_before_starting_anything(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodel: {path: /nope}\nimages: []\narms: []\nbaseline: a\n")
+    res = runner.invoke(app, ["run", str(bad), "--db", str(tmp_path / "h.duckdb")])
+    assert res.exit_code == 1
+    assert not (tmp_path / "h.duckdb").exists()
+
+
+def fake_args(*extra: str) -> list[str]:
+    return ["--served-model-name", "demo", "--spec-config", SPEC, "--accept-probs", "0.9,0.7,0.5", "--step-ms", "4",
+            *extra]
+
+
+def bench_args(url: str, *extra: str) -> list[str]:
+    return ["bench", "--endpoint", url, "--model", "demo", "--concurrency", "1,2", "--prompt-class", "code",
+            "--prompt-tokens", "32", "--max-tokens", "24", "--requests", "4", "--warmup", "1", *extra]
+
+
+def test_bench_writes_the_documented_json(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    with run_fake_vllm(fake_args()) as url:
+        res = runner.invoke(app, bench_args(url, "--json", str(out), "--temperature", "0"))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["model"] == "demo" and doc["sampling"]["temperature"] == 0.0
+    assert doc["workload"]["read_timeout_s"] == 300.0
+    assert [c["concurrency"] for c in doc["cells"]] == [1, 2]
+    cell = doc["cells"][0]
+    for field in ("requests_ok", "requests_failed", "completion_tokens", "decode_tok_s_median", "decode_tok_s_p10",
+                  "decode_tok_s_p90", "ttft_s_median", "ttft_s_p90", "tpot_ms_median", "e2e_s_median",
+                  "aggregate_tok_s", "server_aggregate_tok_s", "mean_acceptance_length", "draft_acceptance_rate",
+                  "acceptance_per_position", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+                  "prefix_cache_hit_rate", "max_running_observed", "rejected", "reject_reason"):
+        assert field in cell, field
+    assert cell["completion_tokens"] == 4 * 24 and cell["prompt_tokens"] == 32
+    assert len(cell["acceptance_per_position"]) == 3
+
+
+def test_bench_exits_4_when_a_cell_is_rejected() -> None:
+    with run_fake_vllm(fake_args("--fail-every", "5")) as url:
+        res = runner.invoke(app, bench_args(url))
+    assert res.exit_code == 4, res.output
+    assert "rejected" in res.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--concurrency", "one"], "--concurrency 'one'"),
+    (["--prompt-class", "poetry"], "--prompt-class"),
+    (["--duration", "soon"], "--duration 'soon'"),
+])
+def test_bench_bad_options_are_one_line(args: list[str], message: str) -> None:
+    res = runner.invoke(app, bench_args("http://127.0.0.1:9", *args))
+    assert res.exit_code == 1 and message in res.output and "Traceback" not in res.output
+
+
+def test_bench_against_a_down_server_is_one_line() -> None:
+    res = runner.invoke(app, bench_args("http://127.0.0.1:9"))
+    assert res.exit_code == 1
+    assert "not answering /v1/models" in res.output and "Traceback" not in res.output
+
+
+def test_ingest_then_sql(tmp_path: Path) -> None:
+    write_raw(rf.run(), tmp_path / "run")
+    db = tmp_path / "h.duckdb"
+    res = runner.invoke(app, ["ingest", str(tmp_path / "run"), "--db", str(db)])
+    assert res.exit_code == 0 and "8 cells" in res.output
+    res = runner.invoke(app, ["sql", "select arm, count(*) as n from cell_results group by arm order by arm",
+                              "--db", str(db), "--format", "csv"])
+    assert res.exit_code == 0 and res.output.splitlines()[:3] == ["arm,n", "k3,4", "k5,4"]
+    res = runner.invoke(app, ["sql", "select nope from cell_results", "--db", str(db)])
+    assert res.exit_code == 1 and "query failed" in res.output
