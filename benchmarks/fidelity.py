@@ -1,0 +1,221 @@
+"""Fidelity: does the specwatch client measure what the server really did?
+
+Against `specwatch.fake_vllm` (known step time, multi-token chunks from a known acceptance
+process, server-side truth at GET /truth), at several concurrencies, print measured vs true:
+
+- decode tok/s per stream: median over requests of (completion_tokens - 1) / (t_last - t_first),
+  client clock vs the server's own first/last-token times (paired per request via x-request-id);
+- TTFT: the client's (request sent -> first chunk read) vs the server's (request handed to the
+  engine -> first token produced); the difference is HTTP/stack overhead, reported in ms;
+- mean acceptance length (and drafts / accepted / per-position): the client's /metrics window vs
+  the server's /truth totals over the same cell; must be exact.
+
+Server pinned to core 1 (taskset), client to core 0 (sched_setaffinity). Target: decode and TTFT
+within 1%, acceptance exact.
+
+    PYTHONPATH=. /tmp/pv/bin/python benchmarks/fidelity.py [--concurrency 1,4,16,64] [--requests N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+from specwatch.records import CellResult  # noqa: E402
+
+
+def parse() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--requests", type=int, default=0, help="requests per cell (default max(16, 2*c))")
+    ap.add_argument("--prompt-class", default="code")
+    ap.add_argument("--prompt-tokens", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--step-ms", type=float, default=10.0, help="fake server decode step time")
+    ap.add_argument("--ttft-ms", type=float, default=100.0, help="fake server time to first token")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--accept-probs", default="0.8,0.6,0.45,0.3,0.2", help="marginal per-position acceptance")
+    ap.add_argument("--target", type=float, default=0.01, help="relative error target for decode and TTFT")
+    ap.add_argument("--raw-requests", type=int, default=8, help="requests of the raw-socket TTFT floor probe")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin server/client to cores 1/0")
+    ap.add_argument("--quiet-wait-s", type=float, default=900, help="wait this long for a quiet machine")
+    return ap.parse_args()
+
+
+async def _raw_ttft(url: str, body: bytes, rid: str) -> float:
+    """TTFT seen by a minimal client: raw asyncio socket, pre-opened connection, no HTTP library.
+
+    Timed from the first byte written to the first SSE `data:` bytes read; the rest is drained.
+    """
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nx-request-id: {rid}\r\nConnection: close\r\n\r\n").encode()
+    t0 = time.perf_counter()
+    writer.write(head + body)
+    buf = b""
+    while b"data:" not in buf:
+        chunk = await reader.read(65536)
+        if not chunk:
+            raise RuntimeError(f"raw probe: connection closed before the first token: {buf[:300]!r}")
+        buf += chunk
+    ttft = time.perf_counter() - t0
+    while await reader.read(65536):
+        pass
+    writer.close()
+    return ttft
+
+
+def raw_floor(url: str, a: argparse.Namespace, n: int) -> list[tuple[float, float]]:
+    """(raw client TTFT, server TTFT) for n sequential requests: the HTTP overhead no client can avoid."""
+    import json
+
+    from specwatch.prompts import seeded_content
+    from specwatch.spec import SamplingSpec
+    from tasks.bench import _payload
+
+    C.reset_truth(url)
+    out = []
+    for i in range(n):
+        text = f"unique request raw{time.time_ns()} " + seeded_content(a.prompt_class, 0, i, a.prompt_tokens * 4)
+        body = json.dumps(_payload("demo", text, a.max_tokens, SamplingSpec(), stream=True)).encode()
+        client = asyncio.run(_raw_ttft(url, body, f"raw-{i}"))
+        rec = next(r for r in C.truth(url)["records"] if r["request_id"] == f"cmpl-raw-{i}")
+        out.append((client, rec["ttft_s"]))
+    return out
+
+
+def main() -> int:
+    a = parse()
+    concurrency = [int(c) for c in a.concurrency.split(",")]
+    note = C.wait_until_quiet(a.quiet_wait_s)
+    spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'
+    server_args = ["--served-model-name", "demo", "--spec-config", spec, "--accept-probs", a.accept_probs,
+                   "--step-ms", str(a.step_ms), "--ttft-ms", str(a.ttft_ms), "--max-num-seqs", "256"]
+    server_core = None if a.no_pin else C.SERVER_CORE
+    if not a.no_pin:
+        C.pin_self(C.CLIENT_CORE)
+    rows: list[dict] = []
+    namespace = f"fidelity-{time.time_ns()}"
+    with C.CoreSampler() as cpu, C.fake_vllm(server_args, core=server_core) as url:
+        for i, c in enumerate(concurrency):
+            got = C.specwatch_cell(url, concurrency=c, requests=a.requests or max(16, 2 * c),
+                                   prompt_class=a.prompt_class, prompt_tokens=a.prompt_tokens,
+                                   max_tokens=a.max_tokens, warmup=2 if i == 0 else 0, tag=f"c{c}",
+                                   namespace=namespace)
+            util = cpu.utilisation(got.t_start, got.t_end)
+            rows.append(analyse(c, got.cell, got.truth, got.lag_s, util))
+        floor = raw_floor(url, a, a.raw_requests)
+
+    report(a, rows, note, floor)
+    worst = max((abs(r[k]) for r in rows for k in ("dec_err", "ttft_err") if r[k] is not None), default=None)
+    return 0 if worst is not None and worst <= a.target and all(r["acc_exact"] for r in rows) else 1
+
+
+def analyse(c: int, cell: CellResult, tr: dict, lag: list[float], util: dict[int, float]) -> dict:
+    recs = {r["request_id"].removeprefix(f"cmpl-c{c}-"): r for r in tr["records"]
+            if r["request_id"].startswith(f"cmpl-c{c}-")}
+    ok = [s for s in cell.requests if s.status == "ok"]
+    pairs = [(s, recs[str(s.index)]) for s in ok if str(s.index) in recs]
+    true_dec = C.median([r["decode_tok_s"] for _, r in pairs])
+    true_ttft = C.median([r["ttft_s"] for _, r in pairs])
+    paired_dec = [C.rel(s.decode_tok_s, r["decode_tok_s"]) for s, r in pairs]
+    overhead = [s.ttft_s - r["ttft_s"] for s, r in pairs if s.ttft_s is not None and r["ttft_s"] is not None]
+    w, t = cell.window, tr["totals"]
+    acc_exact = (w.num_drafts == t["drafts"] and w.num_accepted_tokens == t["accepted"]
+                 and w.num_draft_tokens == t["draft_tokens"]
+                 and [int(x) for x in (w.accepted_per_position or [])] == t["accepted_per_pos"]
+                 and w.mean_acceptance_length == t["mean_acceptance_length"])
+    steps = sum(r["steps"] + 1 for r in tr["records"])  # one SSE chunk per engine step (+ the first token)
+    lag_sorted = sorted(lag)
+    return {
+        "c": c, "n": len(cell.requests), "paired": len(pairs), "rejected": cell.reject_reason,
+        "true_dec": true_dec, "dec": cell.decode_tok_s_median, "dec_err": C.rel(cell.decode_tok_s_median, true_dec),
+        "dec_pair_med": C.median([abs(x) for x in paired_dec if x is not None]),
+        "dec_pair_max": max((abs(x) for x in paired_dec if x is not None), default=None),
+        "true_ttft": true_ttft, "ttft": cell.ttft_s_median, "ttft_err": C.rel(cell.ttft_s_median, true_ttft),
+        "overhead_med": C.median(overhead), "overhead_max": max(overhead, default=None),
+        "w": w, "t": t, "acc_exact": acc_exact,
+        "agg": cell.aggregate_tok_s, "server_agg": cell.server_aggregate_tok_s,
+        "chunks_s": steps / cell.wall_s, "wall": cell.wall_s,
+        "lag_p50": statistics.median(lag) if lag else None,
+        "lag_p99": lag_sorted[int(0.99 * (len(lag) - 1))] if lag else None,
+        "lag_max": lag_sorted[-1] if lag else None,
+        "cpu_client": util.get(C.CLIENT_CORE), "cpu_server": util.get(C.SERVER_CORE),
+    }
+
+
+def report(a: argparse.Namespace, rows: list[dict], note: str, floor: list[tuple[float, float]]) -> None:
+    per_cell = ", ".join("c%d:%d" % (r["c"], r["n"]) for r in rows)
+    tps = 1 + sum(float(x) for x in a.accept_probs.split(",")[: a.k])
+    print()
+    print("=" * 100)
+    print("FIDELITY: specwatch client vs fake_vllm server-side truth")
+    print(f"  server: fake_vllm step {a.step_ms} ms, TTFT {a.ttft_ms} ms, ngram k={a.k}, marginal acceptance "
+          f"{a.accept_probs} (expected mean acceptance length {tps:.3f}, ~{tps / a.step_ms * 1000:.0f} tok/s/stream)")
+    print(f"  workload: {a.prompt_class} prompts {a.prompt_tokens} tok, max_tokens {a.max_tokens} (ignore_eos), "
+          f"requests/cell {per_cell}; greedy")
+    print(f"  pinning: {'none' if a.no_pin else f'server core {C.SERVER_CORE}, client core {C.CLIENT_CORE}'}; {note}")
+    print()
+    print("Decode tok/s per stream (median over requests; truth = server first/last-token times, same formula)")
+    print(C.table(
+        ["c", "true", "measured", "rel err", "paired |err| med", "paired |err| max", f"within {a.target:.0%}"],
+        [[r["c"], C.num(r["true_dec"], ".2f"), C.num(r["dec"], ".2f"), C.pct(r["dec_err"], 3),
+          C.pct(r["dec_pair_med"], 3), C.pct(r["dec_pair_max"], 3),
+          "yes" if r["dec_err"] is not None and abs(r["dec_err"]) <= a.target else "NO"] for r in rows]))
+    print()
+    print("TTFT (median over requests). server = engine first token - request arrival at the engine;")
+    print("client = first chunk read - request start; overhead = client - server, paired per request")
+    print(C.table(
+        ["c", "server ms", "client ms", "rel err", "overhead med ms", "overhead max ms", f"within {a.target:.0%}"],
+        [[r["c"], C.num(r["true_ttft"] * 1e3, ".2f"), C.num(r["ttft"] * 1e3, ".2f"), C.pct(r["ttft_err"], 3),
+          C.num(r["overhead_med"] * 1e3, ".3f"), C.num(r["overhead_max"] * 1e3, ".3f"),
+          "yes" if r["ttft_err"] is not None and abs(r["ttft_err"]) <= a.target else "NO"] for r in rows]))
+    fl = [cl - sv for cl, sv in floor]
+    raw_med = C.median([cl for cl, _ in floor])
+    srv_med = C.median([sv for _, sv in floor])
+    c1 = next((r for r in rows if r["c"] == 1), None)
+    print(f"Floor: a raw-socket client (no HTTP library, connection pre-opened), {len(floor)} sequential requests: "
+          f"TTFT {raw_med * 1e3:.2f} ms vs server {srv_med * 1e3:.2f} ms, overhead median "
+          f"{C.median(fl) * 1e3:.3f} ms (min {min(fl) * 1e3:.3f}, max {max(fl) * 1e3:.3f}).")
+    if c1 and c1["ttft"] is not None:
+        print(f"  specwatch c1 TTFT vs the raw-socket TTFT: {C.pct(C.rel(c1['ttft'], raw_med), 3)} "
+              f"(client-side share of the overhead: {(c1['overhead_med'] - C.median(fl)) * 1e3:.3f} ms)")
+    print()
+    print("Acceptance: client /metrics window vs server /truth totals (same cell)")
+    print(C.table(
+        ["c", "drafts w/t", "accepted w/t", "mean acc len (client)", "mean acc len (truth)", "per-pos (client)",
+         "exact"],
+        [[r["c"], f"{r['w'].num_drafts:.0f}/{r['t']['drafts']}", f"{r['w'].num_accepted_tokens:.0f}/{r['t']['accepted']}",
+          f"{r['w'].mean_acceptance_length:.6f}", f"{r['t']['mean_acceptance_length']:.6f}",
+          " ".join(f"{p:.3f}" for p in r["w"].acceptance_per_position or []), "yes" if r["acc_exact"] else "NO"]
+         for r in rows]))
+    print()
+    print("Load and client health (cores busy over the cell; event-loop lag = 10 ms sleeper's overshoot)")
+    print(C.table(
+        ["c", "chunks/s", "client core", "server core", "loop lag p50 ms", "p99 ms", "max ms",
+         "agg tok/s (usage)", "agg tok/s (server ctr)", "cell gate"],
+        [[r["c"], C.num(r["chunks_s"], ".0f"), C.pct(r["cpu_client"], 0).lstrip("+"),
+          C.pct(r["cpu_server"], 0).lstrip("+"), C.num(r["lag_p50"] * 1e3 if r["lag_p50"] is not None else None, ".2f"),
+          C.num(r["lag_p99"] * 1e3 if r["lag_p99"] is not None else None, ".2f"),
+          C.num(r["lag_max"] * 1e3 if r["lag_max"] is not None else None, ".2f"),
+          C.num(r["agg"], ".1f"), C.num(r["server_agg"], ".1f"),
+          "accepted" if not r["rejected"] else f"REJECTED: {r['rejected'][:60]}"] for r in rows]))
+    print()
+    bad = [r["c"] for r in rows if r["dec_err"] is None or abs(r["dec_err"]) > a.target
+           or r["ttft_err"] is None or abs(r["ttft_err"]) > a.target]
+    print(f"VERDICT: decode and TTFT within {a.target:.0%} at c={','.join(str(r['c']) for r in rows if r['c'] not in bad)}"
+          + (f"; MISSED at c={','.join(map(str, bad))}" if bad else "")
+          + f"; acceptance exact: {'all cells' if all(r['acc_exact'] for r in rows) else 'NO'}")
+    print("=" * 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
