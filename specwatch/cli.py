@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -95,6 +96,10 @@ def run(
         outcome = ab(spec, db=str(db) if db else None, experiment_file=str(file.resolve()))
     except KeyboardInterrupt:
         raise _fail("interrupted; servers stopped, partial results kept in the run dir", 130) from None
+    except Exception as exc:  # the flow records what it measured before anything can get here
+        if os.environ.get("SPECWATCH_DEBUG"):
+            raise
+        raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
     if outcome.error:
         raise _fail(outcome.error, outcome.exit_code)
     result = read_raw(outcome.run_dir)

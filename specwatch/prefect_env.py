@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from specwatch import paths
 
@@ -11,6 +12,8 @@ from specwatch import paths
 def configure() -> None:
     """Defaults only: anything the user already set wins."""
     os.environ.setdefault("PREFECT_HOME", str(paths.prefect_home()))
+    # Prefect creates its home without parents: on a fresh machine SPECWATCH_HOME does not exist yet.
+    Path(os.environ["PREFECT_HOME"]).expanduser().mkdir(parents=True, exist_ok=True)
     # Offline hosts: the server otherwise logs a telemetry ERROR on every start.
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # A cold ephemeral API takes 10-12 s here; the default 20 s leaves no margin on a busy host.
