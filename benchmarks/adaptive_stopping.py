@@ -8,12 +8,16 @@ i.e. block sd ~10 % per arm) and compare:
 - adaptive: min M blocks (default 3), then one more block per arm until the CI clears the noise
   band (gain / regression / flat) or the maximum X (default 10) is reached.
 
-Both designs see the same simulated experiments (blocks-major draws), and use the same interval
-as specwatch.stats.relative_diff_ci (BCa bootstrap floored by the paired t-interval), vectorised
-over experiments. Printed per effect: mean blocks per arm, outcome rates, wrong-call rate (gain or
-regression when the truth is inside the band or of the other sign; flat when the truth is outside
-the band), and the smallest fixed design that is at least as decisive as adaptive, i.e. how many
-blocks adaptive saves for the same decisiveness, with both wrong-call rates side by side.
+Every design sees the same simulated experiments (blocks-major draws) and uses the interval of
+specwatch.stats.relative_diff_ci (BCa bootstrap floored by the paired t-interval), vectorised over
+experiments. Printed per effect: mean blocks per arm, outcome rates, and the wrong-call rate
+(gain or regression when the truth is inside the band or of the other sign; flat when the truth
+is outside it). Stopping at the first clear CI is a repeated look, which inflates wrong calls, so
+adaptive is shown twice: with 95 % CIs at every look, and with the lowest per-look confidence
+(from a small grid) whose worst wrong-call rate over all effects is no higher than the fixed
+design's. Last, "blocks saved at the same error rate": for the calibrated adaptive design, the
+smallest fixed design that calls the effect right at least as often within the same wrong-call
+budget, and the difference in blocks per arm.
 
     PYTHONPATH=. /tmp/pv/bin/python benchmarks/adaptive_stopping.py [--experiments 4000] [--block-sd 0.10]
 """
@@ -31,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specwatch.stats import OUTCOMES, SimResult, simulate_paths, stopping_outcomes, summarize  # noqa: E402
 
-EFFECTS = (0.0, 0.03, -0.03, 0.08, -0.08, 0.15, -0.15)
+DEFAULT_EFFECTS = "0,0.03,-0.03,0.08,-0.08,0.15,-0.15"
+# Per-look confidence levels tried to bring adaptive's wrong-call rate down to the fixed design's.
+LOOK_LEVELS = (0.95, 0.98, 0.99, 0.995, 0.998, 0.999)
 
 
 def parse() -> argparse.Namespace:
@@ -44,64 +50,103 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--max-blocks", type=int, default=10)
     ap.add_argument("--extend", type=int, default=20, help="largest fixed design searched for the equivalence")
     ap.add_argument("--resamples", type=int, default=1000, help="BCa resamples per CI (0 = t floor only)")
+    ap.add_argument("--effects", default=DEFAULT_EFFECTS, help="comma-separated true relative effects")
     ap.add_argument("--seed", type=int, default=20260904)
     return ap.parse_args()
 
 
 def row(label: str, r: SimResult) -> str:
     rates = "  ".join(f"{r.decision_rates[o]:6.1%}" for o in OUTCOMES)
-    return f"  {label:<16} {r.mean_blocks:6.2f}  {rates}  {r.wrong_rate:7.2%}"
+    return f"  {label:<22} {r.mean_blocks:6.2f}  {rates}  {r.wrong_rate:7.2%}"
+
+
+def correct(r: SimResult) -> float:
+    # decided and not contradicted by the truth
+    return 1 - r.decision_rates["inconclusive"] - r.wrong_rate
+
+
+def ok(fixed: SimResult, adaptive: SimResult, budget: float) -> bool:
+    return fixed.wrong_rate <= budget and correct(fixed) >= correct(adaptive)
 
 
 def main() -> None:
-    args = parse()
-    lo = min(args.min_blocks, args.fixed)
-    top = max(args.extend, args.max_blocks, args.fixed)
-    print(
-        f"block sd {args.block_sd:.0%} per arm (55 +- {55 * args.block_sd:.1f} tok/s), band +-{args.band:.0%}, "
-        f"95% CI = BCa ({args.resamples} resamples) floored by paired t, {args.experiments} experiments per effect"
-    )
-    print(f"  {'design':<16} {'blocks':>6}  " + "  ".join(f"{o[:6]:>6}" for o in OUTCOMES) + "  wrong")
+    a = parse()
+    effects = [float(x) for x in a.effects.split(",")]
+    lo = min(a.min_blocks, a.fixed)
+    top = max(a.extend, a.max_blocks, a.fixed)
     t0 = time.perf_counter()
-    rng = np.random.default_rng(args.seed)
-    savings: list[str] = []
-    for effect in EFFECTS:
-        # Same experiments for every design; columns past max_blocks only serve the equivalence search.
-        codes = simulate_paths(
-            args.experiments, effect, args.block_sd, args.band, top, rng, min_blocks=lo, n_resamples=args.resamples
+
+    def paths(i: int, effect: float, n_max: int, first: int, confidence: float) -> np.ndarray:
+        # Same seed per effect: blocks-major draws make every design see the same experiments.
+        rng = np.random.default_rng([a.seed, i])
+        return simulate_paths(
+            a.experiments, effect, a.block_sd, a.band, n_max, rng, first, confidence=confidence, n_resamples=a.resamples
         )
 
-        def design(n_min: int, n_max: int, adaptive: bool) -> SimResult:
-            final, blocks = stopping_outcomes(codes, n_min, n_max, adaptive)
-            return summarize(final, blocks, effect, args.band)
+    def design(codes: np.ndarray, effect: float, n_min: int, n_max: int, adaptive: bool) -> SimResult:
+        final, blocks = stopping_outcomes(codes, n_min, n_max, adaptive)
+        return summarize(final, blocks, effect, a.band)
 
-        fixed = design(args.fixed, args.fixed, False)
-        fixed_max = design(args.max_blocks, args.max_blocks, False)
-        adaptive = design(args.min_blocks, args.max_blocks, True)
+    fixed_paths = [paths(i, e, top, lo, 0.95) for i, e in enumerate(effects)]
+    fixed = [design(c, e, a.fixed, a.fixed, False) for c, e in zip(fixed_paths, effects)]
+    fixed_max = [design(c, e, a.max_blocks, a.max_blocks, False) for c, e in zip(fixed_paths, effects)]
+    target = max(r.wrong_rate for r in fixed)
+
+    # Adaptive at 95 % per look, then the lowest per-look level whose worst wrong-call rate over
+    # all effects is no higher than the fixed design's worst.
+    adaptive: dict[float, list[SimResult]] = {}
+    calibrated = LOOK_LEVELS[-1]
+    for level in LOOK_LEVELS:
+        codes = [
+            c if level == 0.95 else paths(i, e, a.max_blocks, a.min_blocks, level)
+            for i, (c, e) in enumerate(zip(fixed_paths, effects))
+        ]
+        adaptive[level] = [design(c, e, a.min_blocks, a.max_blocks, True) for c, e in zip(codes, effects)]
+        if max(r.wrong_rate for r in adaptive[level]) <= target:
+            calibrated = level
+            break
+
+    print(
+        f"block sd {a.block_sd:.0%} per arm (55 +- {55 * a.block_sd:.1f} tok/s), band +-{a.band:.0%}, "
+        f"CI = BCa ({a.resamples} resamples) floored by paired t, {a.experiments} experiments per effect"
+    )
+    print(f"  {'design':<22} {'blocks':>6}  " + "  ".join(f"{o[:6]:>6}" for o in OUTCOMES) + "    wrong")
+    for i, effect in enumerate(effects):
         print(f"true effect {effect:+.0%}")
-        print(row(f"fixed {args.fixed}", fixed))
-        print(row(f"fixed {args.max_blocks}", fixed_max))
-        print(row(f"adaptive {args.min_blocks}-{args.max_blocks}", adaptive))
-        decisive = 1 - adaptive.decision_rates["inconclusive"]
+        print(row(f"fixed {a.fixed} @95%", fixed[i]))
+        print(row(f"fixed {a.max_blocks} @95%", fixed_max[i]))
+        print(row(f"adaptive {a.min_blocks}-{a.max_blocks} @95%/look", adaptive[0.95][i]))
+        if calibrated != 0.95:
+            print(row(f"adaptive {a.min_blocks}-{a.max_blocks} @{calibrated:.1%}/look", adaptive[calibrated][i]))
+
+    worst95 = max(r.wrong_rate for r in adaptive[0.95])
+    worst = max(r.wrong_rate for r in adaptive[calibrated])
+    print(
+        f"\nworst wrong-call rate over effects: fixed {a.fixed} {target:.2%}, adaptive @95%/look {worst95:.2%}, "
+        f"adaptive @{calibrated:.1%}/look {worst:.2%} (the calibrated level)"
+    )
+    print(
+        f"\nblocks saved at the same error rate: smallest fixed design (95% CI) whose wrong-call rate stays"
+        f"\nwithin the common budget ({target:.2%}) and whose correct-call rate is at least the calibrated"
+        f"\nadaptive design's, same experiments (negative = adaptive costs blocks):"
+    )
+    for i, effect in enumerate(effects):
+        ad = adaptive[calibrated][i]
         match = next(
-            (n for n in range(lo, top + 1) if 1 - design(n, n, False).decision_rates["inconclusive"] >= decisive),
-            None,
+            (n for n in range(lo, top + 1) if ok(design(fixed_paths[i], effect, n, n, False), ad, target)), None
+        )
+        head = (
+            f"  {effect:+4.0%}: adaptive {ad.mean_blocks:5.2f} blocks, correct {correct(ad):6.1%}, "
+            f"wrong {ad.wrong_rate:5.2%}"
         )
         if match is None:
-            savings.append(
-                f"  {effect:+4.0%}: adaptive decides {decisive:.1%} with {adaptive.mean_blocks:.2f} blocks; "
-                f"no fixed design up to {top} blocks decides as often"
-            )
-        else:
-            m = design(match, match, False)
-            savings.append(
-                f"  {effect:+4.0%}: adaptive {adaptive.mean_blocks:5.2f} blocks, decisive {decisive:6.1%}, "
-                f"wrong {adaptive.wrong_rate:5.2%} | fixed {match:2d} blocks, decisive "
-                f"{1 - m.decision_rates['inconclusive']:6.1%}, wrong {m.wrong_rate:5.2%} | "
-                f"saves {match - adaptive.mean_blocks:5.2f} blocks per arm"
-            )
-    print("\nsmallest fixed design at least as decisive as adaptive (same experiments):")
-    print("\n".join(savings))
+            print(f"{head} | no fixed design up to {top} blocks calls it right as often")
+            continue
+        m = design(fixed_paths[i], effect, match, match, False)
+        print(
+            f"{head} | fixed {match:2d}: correct {correct(m):6.1%}, wrong {m.wrong_rate:5.2%} "
+            f"| saves {match - ad.mean_blocks:+5.2f} blocks per arm"
+        )
     print(f"\nwall time {time.perf_counter() - t0:.1f} s")
 
 

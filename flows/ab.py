@@ -14,18 +14,19 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 import specwatch
-from specwatch import paths, processes
+from specwatch import paths, processes, stats
 from specwatch.db import DatabaseError
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.runid import new_run_id
-from specwatch.spec import ExperimentSpec
+from specwatch.spec import ArmSpec, ExperimentSpec
 from tasks.arm import LaunchContext, launch_arm
 from tasks.checkpoint import CheckpointError, prepare_checkpoint_task
 from tasks.image import ImageError, build_image
 from tasks.ingest import ingest_task, write_raw
 from tasks.quality import check_quality
 from tasks.report import headline, report_task
+from tasks.verdict import assess, compare_cells, confidence_for, quality_records
 
 
 class RunOutcome(BaseModel):
@@ -60,11 +61,41 @@ def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFa
     return prepare_checkpoint_task(spec.model, python)
 
 
-def _failed(name: str, spec: ExperimentSpec, reason: str) -> ArmResult:
-    arm = next(a for a in spec.arms if a.name == name)
+def _failed(arm: ArmSpec, block: int, reason: str) -> ArmResult:
     now = datetime.now(UTC)
-    return ArmResult(name=arm.name, image=arm.image, k=arm.k, status="failed", reason=reason,
+    return ArmResult(name=arm.name, block=block, image=arm.image, k=arm.k, status="failed", reason=reason,
                      method=arm.speculative.method if arm.speculative else None, started_at=now, ended_at=now)
+
+
+class _Blocks:
+    """Runs one launch of one arm and records it; a k-ladder's outcome sticks for later blocks."""
+
+    def __init__(self, spec: ExperimentSpec, result: RunResult, run_dir: Path, refs: dict[str, ImageRef],
+                 image_errors: dict[str, str], model_dir: Path, facts: CheckpointFacts | None) -> None:
+        self.spec, self.result, self.run_dir = spec, result, run_dir
+        self.refs, self.image_errors = refs, image_errors
+        self.model_dir, self.facts = model_dir, facts
+        self.resolved: dict[str, ArmSpec] = {}
+
+    def run(self, name: str, block: int) -> None:
+        logger = get_run_logger()
+        arm = self.resolved.get(name) or self.spec.arm(name)
+        if arm.image in self.image_errors:
+            self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
+            return
+        ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
+                            arm_dir=self.run_dir / "arms" / f"{name}-b{block}")
+        logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
+        outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
+                             namespace=f"{self.result.run_id}:{name}:b{block}", block=block)
+        if outcome.status == "ok" and arm.speculative is not None and outcome.k != arm.k:
+            self.resolved[name] = arm.model_copy(update={"speculative": arm.speculative.model_copy(
+                update={"k": outcome.k, "fallback": []})})
+        rejected = sum(c.rejected for c in outcome.cells)
+        logger.info("arm %s block %d: %s, %d cell(s), %d rejected%s", name, block, outcome.status,
+                    len(outcome.cells), rejected, f" ({outcome.reason})" if outcome.reason else "")
+        self.result.arms.append(outcome)
+        write_raw(self.result, self.run_dir)  # each finished launch is on disk before the next one starts
 
 
 @flow(name="specwatch-ab", on_cancellation=[_stop_servers], on_crashed=[_stop_servers], log_prints=True)
@@ -98,19 +129,23 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
         facts = _checkpoint(spec, refs)
         result.checkpoint = facts
         model_dir = facts.path if facts else Path(spec.served_name)
-        for arm in spec.arms:
-            if arm.image in image_errors:
-                result.arms.append(_failed(arm.name, spec, f"image {arm.image}: {image_errors[arm.image]}"))
-                continue
-            ctx = LaunchContext(model_dir=model_dir, served_name=spec.served_name,
-                                arm_dir=run_dir / "arms" / f"{arm.name}-b1")
-            logger.info("arm %s: launching (image %s, k=%s)", arm.name, arm.image, arm.k)
-            arm_result = launch_arm(arm, spec, refs[arm.image], ctx, facts, namespace=f"{run_id}:{arm.name}:b1")
-            rejected = sum(c.rejected for c in arm_result.cells)
-            logger.info("arm %s: %s, %d cell(s), %d rejected%s", arm.name, arm_result.status, len(arm_result.cells),
-                        rejected, f" ({arm_result.reason})" if arm_result.reason else "")
-            result.arms.append(arm_result)
-            write_raw(result, run_dir)  # each finished arm is on disk before the next one starts
+        blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts)
+        names = [a.name for a in spec.arms]
+        for arm_name, block in stats.block_order(names, spec.design.blocks):
+            blocks.run(arm_name, block)
+        done = spec.design.blocks
+        while spec.design.adaptive:
+            cis = {(c.arm, c.concurrency, c.prompt_class): c.ci
+                   for c in compare_cells(result, spec, confidence_for(spec))}
+            step = stats.adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
+                                           spec.design.max_blocks or done)
+            logger.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
+            if not step.add_block:
+                break
+            done += 1
+            for arm_name, block in stats.block_order(names, done):
+                if block == done:
+                    blocks.run(arm_name, block)
     except CheckpointError as exc:
         result.ended_at = datetime.now(UTC)
         write_raw(result, run_dir)
@@ -126,7 +161,9 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
     baseline, band = spec.baseline, spec.thresholds.noise_band
     try:
         ingest_task(result, run_dir, db_path)
-        result.quality = check_quality(db_path, run_id, baseline, spec.thresholds)
+        single_boot = spec.design.blocks == 1 and not spec.design.adaptive
+        result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
+        result.quality += quality_records(assess(result, spec), spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_task(result, run_dir, db_path, tables=("runs", "quality_results"))
     except DatabaseError as exc:

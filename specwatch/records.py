@@ -262,7 +262,7 @@ class ArmResult(_Record):
 
 class QualityRecord(_Record):
     arm: str
-    block: int = 1
+    block: int | None = 1  # None: a check over all blocks
     concurrency: int | None = None
     prompt_class: str | None = None
     check: str

@@ -245,6 +245,7 @@ class VerdictSpec(_Strict):
 
     tail_floor: Annotated[float, Field(ge=0, le=1)] = 0.2
     require_gain: bool = True
+    concurrency: list[PositiveInt] | None = Field(default=None, description="declared cells; default: all")
 
 
 class ExperimentSpec(_Strict):

@@ -84,14 +84,19 @@ _REGRESSION_LABELS: dict[str, tuple[str, str]] = {
 
 
 def quality_records(
-    con: duckdb.DuckDBPyConnection, run_id: str, baseline_arm: str, thresholds: Thresholds
+    con: duckdb.DuckDBPyConnection, run_id: str, baseline_arm: str, thresholds: Thresholds,
+    regression_checks: bool = True,
 ) -> list[QualityRecord]:
-    """Sanity records for every cell of the run, then regression records for every non-baseline arm."""
+    """Sanity records for every cell of the run, then regression records for every non-baseline arm.
+
+    `regression_checks=False` when restart blocks exist: the confidence intervals over blocks
+    (tasks.verdict) then replace the single-boot band check.
+    """
     sanity = sanity_frame(con, run_id)
     if sanity.empty:
         log.warning("run %s has no cells: no quality checks ran", run_id)
         return []
-    regression = regression_frame(con, run_id, baseline_arm)
+    regression = regression_frame(con, run_id, baseline_arm) if regression_checks else pd.DataFrame()
     params = expectation_parameters(thresholds)
     ctx = _gx_context()
     sanity_failed = _validate(ctx, "sanity", sanity, _sanity_expectations(), params)
@@ -313,11 +318,13 @@ def regression_records(frame: pd.DataFrame, failed: set[int], thresholds: Thresh
 
 
 @task(name="check_quality")
-def check_quality(db_path: Path, run_id: str, baseline_arm: str, thresholds: Thresholds) -> list[QualityRecord]:
+def check_quality(
+    db_path: Path, run_id: str, baseline_arm: str, thresholds: Thresholds, regression_checks: bool = True
+) -> list[QualityRecord]:
     # A read-write connection on purpose: a read-only one fails in a process that already has
     # the file open read-write ("different configuration"), and the flow's ingest may.
     con = connect(db_path)
     try:
-        return quality_records(con, run_id, baseline_arm, thresholds)
+        return quality_records(con, run_id, baseline_arm, thresholds, regression_checks)
     finally:
         con.close()

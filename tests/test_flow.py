@@ -19,7 +19,7 @@ def server(*extra: str) -> list[str]:
             "--step-ms", "6", *extra]
 
 
-def experiment(base_url: str, cand_url: str) -> ExperimentSpec:
+def experiment(base_url: str, cand_url: str, blocks: int = 1, **workload: object) -> ExperimentSpec:
     ngram = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
     return ExperimentSpec.model_validate({
         "name": "flow-test",
@@ -29,8 +29,9 @@ def experiment(base_url: str, cand_url: str) -> ExperimentSpec:
         "arms": [{"name": "base", "image": "old", "speculative": ngram},
                  {"name": "cand", "image": "new", "speculative": ngram}],
         "baseline": "base",
+        "design": {"blocks": blocks, "probes": 2, "probe_tokens": 16},
         "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens": 256,
-                     "concurrency": [1, 2], "requests_per_cell": 4, "warmup_requests": 1},
+                     "concurrency": [1, 2], "requests_per_cell": 4, "warmup_requests": 1, **workload},
     })
 
 
@@ -81,3 +82,26 @@ def test_run_row_records_exit_code_and_report(planted) -> None:
     report = (outcome.run_dir / "report.md").read_text()
     assert "**Verdict: REGRESSION flagged**" in report
     assert "regression.decode_tok_s" in report
+
+
+@pytest.fixture(scope="module")
+def planted_blocks(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
+    from flows.ab import ab
+
+    db = tmp_path_factory.mktemp("db") / "h.duckdb"
+    with run_fake_vllm(server()) as base, run_fake_vllm(server("--slowdown", "1.6")) as cand:
+        spec = experiment(base, cand, blocks=3, prompt_classes=["code"], concurrency=[1], max_tokens=96)
+        outcome = ab(spec, db=str(db))
+    return outcome, db
+
+
+def test_restart_blocks_alternate_and_the_ci_verdict_reverts(planted_blocks) -> None:
+    outcome, db = planted_blocks
+    launches = q(db, "select arm, block from arms order by started_at")
+    assert launches == [("base", 1), ("cand", 1), ("cand", 2), ("base", 2), ("cand", 3), ("base", 3)]
+    (row,) = q(db, "select passed, value, detail from quality_results where check_name = 'regression.ci.decode_tok_s'")
+    assert row[0] is False and -0.5 < row[1] < -0.25 and "over 3 block pair(s)" in row[2]
+    # with blocks, the interval replaces the single-boot band check
+    assert q(db, "select count(*) from quality_results where check_name = 'regression.decode_tok_s'") == [(0,)]
+    assert q(db, "select count(*) from quality_results where check_name = 'correctness.greedy_match'") == [(0,)]
+    assert outcome.exit_code == 3

@@ -32,6 +32,7 @@ def short_ab() -> ExperimentSpec:
             {"name": "k5", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 5}},
         ],
         "baseline": "k3",
+        "design": {"blocks": 1, "probes": 2, "probe_tokens": 16},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 48, "concurrency": [1, 2],
                      "requests_per_cell": 4, "warmup_requests": 2},
     })
