@@ -7,14 +7,27 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 from prefect import task
 
 from specwatch import db
-from specwatch.records import RunResult
+from specwatch.records import (
+    ArmResult,
+    CellResult,
+    CheckpointFacts,
+    HostFacts,
+    ImageRef,
+    LaunchRecord,
+    Provenance,
+    QualityRecord,
+    RequestSample,
+    RunResult,
+    SpecWindow,
+)
 
 RESULTS_FILE = "results.json"
-TABLES = ("runs", "arms", "cells", "requests", "spec_positions", "quality_results")
+TABLES = ("runs", "arms", "cells", "requests", "spec_positions", "quality_results", "probes")
 
 
 def write_raw(result: RunResult, run_dir: Path) -> Path:
@@ -56,11 +69,13 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         "checkpoint_config_sha256": ckpt.config_sha256 if ckpt else None,
         "checkpoint_index_sha256": ckpt.index_sha256 if ckpt else None,
         "sampling": json.dumps(result.experiment.get("sampling")),
+        "checkpoint": ckpt.model_dump_json() if ckpt else None,
+        "host": prov.host.model_dump_json(),
         "exit_code": result.exit_code(),
         "started_at": result.started_at,
         "ended_at": result.ended_at,
     }]
-    arms, cells, requests, positions = [], [], [], []
+    arms, cells, requests, positions, probes = [], [], [], [], []
     for arm in result.arms:
         key = {"run_id": result.run_id, "arm": arm.name, "block": arm.block}
         img, launch = arm.image_ref, arm.launch
@@ -75,6 +90,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             "k": arm.k,
             "k_confirmed": launch.k_confirmed if launch else None,
             "k_source": launch.k_source if launch else None,
+            "k_requested": arm.k_requested,
+            "fallback_reason": arm.fallback_reason,
             "status": arm.status,
             "reason": arm.reason,
             "launcher": launch.launcher if launch else None,
@@ -86,6 +103,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             "started_at": arm.started_at,
             "ended_at": arm.ended_at,
         })
+        probes += [{**key, "probe": i, "token_ids": ids} for i, ids in enumerate(arm.probes or [])]
         for cell in arm.cells:
             ckey = {**key, "concurrency": cell.concurrency, "prompt_class": cell.prompt_class}
             summary = cell.summary()
@@ -101,7 +119,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}
                for q in result.quality]
     data = {"runs": runs, "arms": arms, "cells": cells, "requests": requests,
-            "spec_positions": positions, "quality_results": quality}
+            "spec_positions": positions, "quality_results": quality, "probes": probes}
     return {table: pd.DataFrame(rows) for table, rows in data.items()}
 
 
@@ -131,3 +149,59 @@ def ingest(result: RunResult, db_path: Path, tables: tuple[str, ...] = TABLES) -
 def ingest_task(result: RunResult, run_dir: Path, db_path: Path, tables: tuple[str, ...] = TABLES) -> dict[str, int]:
     write_raw(result, run_dir)
     return ingest(result, db_path, tables)
+
+
+def _rows(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> list[dict]:
+    frame = con.execute(db.load_sql(f"report/{table}.sql"), {"run_id": run_id}).df()
+    frame = frame.astype(object).where(frame.notna(), None)
+    return frame.to_dict("records")
+
+
+def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
+    """The inverse of `frames`: a run rebuilt from DuckDB alone (for `specwatch report`)."""
+    runs = _rows(con, "run", run_id)
+    if not runs:
+        raise LookupError(f"run {run_id!r} is not in the database; `specwatch sql \"select run_id from runs\"` lists them")
+    run = runs[0]
+    cell_key = ("arm", "block", "concurrency", "prompt_class")
+    requests: dict[tuple, list[RequestSample]] = {}
+    for r in _rows(con, "requests", run_id):
+        requests.setdefault(tuple(r[k] for k in cell_key), []).append(
+            RequestSample.model_validate({**r, "index": r["idx"]}))
+    positions: dict[tuple, dict[int, float]] = {}
+    for p in _rows(con, "spec_positions", run_id):
+        positions.setdefault(tuple(p[k] for k in cell_key), {})[p["position"]] = p["accepted"]
+    cells: dict[tuple, list[CellResult]] = {}
+    for c in _rows(con, "cells", run_id):
+        key = tuple(c[k] for k in cell_key)
+        per_pos = positions.get(key)
+        window = SpecWindow.model_validate(
+            {**c, "accepted_per_position": [per_pos[i] for i in sorted(per_pos)] if per_pos else None})
+        cell = CellResult.model_validate({**c, "window": window, "requests": sorted(
+            requests.get(key, []), key=lambda r: r.index), "flags": [] if c["flags"] is None else list(c["flags"])})
+        cells.setdefault(key[:2], []).append(cell)
+    probes: dict[tuple, list[list[int]]] = {}
+    for p in sorted(_rows(con, "probes", run_id), key=lambda p: p["probe"]):
+        probes.setdefault((p["arm"], p["block"]), []).append(list(p["token_ids"]))
+    arms = []
+    for a in sorted(_rows(con, "arms", run_id), key=lambda a: a["started_at"]):
+        key = (a["arm"], a["block"])
+        image = ImageRef(name=a["image"], backend=a["backend"], package=a["package"], vllm_version=a["vllm_version"],
+                         digest=a["image_digest"]) if a["backend"] else None
+        launch = LaunchRecord(launcher=a["launcher"], base_url=a["base_url"], argv=json.loads(a["launch_argv"]),
+                              env=json.loads(a["launch_env"]), log_path=a["log_path"], boot_s=a["boot_s"],
+                              k_confirmed=a["k_confirmed"], k_source=a["k_source"]) if a["launcher"] else None
+        arms.append(ArmResult.model_validate({
+            **a, "name": a["arm"], "image_ref": image, "launch": launch, "probes": probes.get(key),
+            "cells": sorted(cells.get(key, []), key=lambda c: (c.concurrency, c.prompt_class)),
+        }))
+    quality = [QualityRecord.model_validate({**q, "check": q["check_name"]}) for q in _rows(con, "quality_results", run_id)]
+    host = HostFacts.model_validate_json(run["host"])
+    checkpoint = CheckpointFacts.model_validate_json(run["checkpoint"]) if run["checkpoint"] else None
+    return RunResult(
+        run_id=run_id, flow_run_id=run["flow_run_id"], experiment_name=run["experiment_name"],
+        experiment=json.loads(run["experiment"]), checkpoint=checkpoint, arms=arms, quality=quality,
+        provenance=Provenance(specwatch_version=run["specwatch_version"], host=host,
+                              experiment_file=run["experiment_file"], experiment_sha256=run["experiment_sha256"]),
+        started_at=run["started_at"], ended_at=run["ended_at"],
+    )

@@ -74,3 +74,20 @@ def test_raw_json_round_trips_and_reloads_into_a_fresh_db(tmp_path: Path) -> Non
 def test_read_raw_names_the_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="results.json"):
         read_raw(tmp_path)
+
+
+def test_a_run_rebuilt_from_duckdb_equals_the_one_ingested(tmp_path: Path) -> None:
+    from specwatch.records import QualityRecord
+    from tasks.ingest import load
+
+    result = rf.run()
+    result.arms[0].probes = [[1, 2, 3], [4, 5]]
+    result.arms[1].k_requested, result.arms[1].fallback_reason = 7, "k=7 rejected at startup: boom"
+    result.quality = [QualityRecord(arm="k5", check="c", metric="m", value=1.0, passed=False, severity="regression")]
+    path = tmp_path / "h.duckdb"
+    ingest(result, path)
+    con = db.connect(path)
+    again = load(con, result.run_id)
+    con.close()
+    assert again.model_dump() == result.model_dump()
+    assert again.exit_code() == result.exit_code() == 3

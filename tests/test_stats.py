@@ -84,6 +84,13 @@ def test_more_arms_are_balanced(arms: list[str], cycle: int) -> None:
     _check_balance(arms, 2 * cycle)
 
 
+def test_block_order_extends_as_a_prefix() -> None:
+    # adaptive stopping adds one round at a time; the earlier launches must not change
+    for arms in (["A", "B"], ["A", "B", "C"], list("ABCD")):
+        for n in range(12):
+            assert block_order(arms, n + 1)[: n * len(arms)] == block_order(arms, n)
+
+
 def test_block_order_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
         block_order(["A", "A"], 3)

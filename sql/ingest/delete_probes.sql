@@ -1,0 +1,1 @@
+DELETE FROM probes WHERE run_id = $run_id;

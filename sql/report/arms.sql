@@ -1,0 +1,1 @@
+SELECT * FROM arms WHERE run_id = $run_id;

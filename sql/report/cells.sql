@@ -1,0 +1,1 @@
+SELECT * FROM cells WHERE run_id = $run_id;

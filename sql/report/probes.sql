@@ -1,0 +1,1 @@
+SELECT * FROM probes WHERE run_id = $run_id;

@@ -1,0 +1,1 @@
+SELECT * FROM quality_results WHERE run_id = $run_id;

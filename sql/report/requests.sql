@@ -1,0 +1,1 @@
+SELECT * FROM requests WHERE run_id = $run_id;

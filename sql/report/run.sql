@@ -1,0 +1,1 @@
+SELECT * FROM runs WHERE run_id = $run_id;

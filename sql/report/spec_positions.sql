@@ -1,0 +1,1 @@
+SELECT * FROM spec_positions WHERE run_id = $run_id;
