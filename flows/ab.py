@@ -25,7 +25,7 @@ from tasks.checkpoint import CheckpointError, prepare_checkpoint_task
 from tasks.image import ImageError, build_image
 from tasks.ingest import ingest_task, write_raw
 from tasks.quality import check_quality
-from tasks.report import headline, report_task
+from tasks.report import VerdictRow, headline, report_task, verdict_rows
 from tasks.verdict import assess, compare_cells, confidence_for, quality_records
 
 
@@ -35,6 +35,8 @@ class RunOutcome(BaseModel):
     db_path: Path
     exit_code: int
     headline: str
+    reasons: list[str] = []
+    rows: list[VerdictRow] = []
     error: str | None = None
 
 
@@ -158,19 +160,22 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
         raise
     result.ended_at = datetime.now(UTC)
 
-    baseline, band = spec.baseline, spec.thresholds.noise_band
+    baseline = spec.baseline
     try:
         ingest_task(result, run_dir, db_path)
         single_boot = spec.design.blocks == 1 and not spec.design.adaptive
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
-        result.quality += quality_records(assess(result, spec), spec)
+        assessment = assess(result, spec)
+        result.quality += quality_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_task(result, run_dir, db_path, tables=("runs", "quality_results"))
     except DatabaseError as exc:
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",
                           error=f"{exc}; results kept in {run_dir}, load them with `specwatch ingest {run_dir}`")
-    report = report_task(result, run_dir, baseline, band)
-    logger.info("run %s: %s; report %s", run_id, headline(result), report)
+    report = report_task(result, run_dir)
+    verdict = headline(result, assessment)
+    logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=headline(result))
+                      headline=verdict, reasons=assessment.verdict.reasons,
+                      rows=verdict_rows(result, spec, assessment))

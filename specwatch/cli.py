@@ -8,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,6 +16,9 @@ from rich.table import Table
 
 from specwatch import paths, prefect_env
 from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec, load_spec
+
+if TYPE_CHECKING:
+    from tasks.report import VerdictRow
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
@@ -32,6 +35,12 @@ DECODE_ESTIMATE_TOK_S = 20.0
 def _fail(message: str, code: int = 1) -> typer.Exit:
     err.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(code)
+
+
+@app.callback()
+def _setup() -> None:
+    # Every command may import prefect (tasks/, flows/): its settings must be in place first.
+    prefect_env.configure()
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -87,10 +96,7 @@ def run(
 ) -> None:
     """Run an A/B experiment: build images, launch each arm, benchmark, store, check, report."""
     spec = _load(file)
-    prefect_env.configure()
     from flows.ab import ab  # imports prefect: only after its environment is set
-    from tasks.ingest import read_raw
-    from tasks.report import verdict_rows
 
     try:
         outcome = ab(spec, db=str(db) if db else None, experiment_file=str(file.resolve()))
@@ -102,26 +108,53 @@ def run(
         raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
     if outcome.error:
         raise _fail(outcome.error, outcome.exit_code)
-    result = read_raw(outcome.run_dir)
-    rows = verdict_rows(result, spec.baseline, spec.thresholds.noise_band)
-    table = Table(title=f"run {outcome.run_id}: {outcome.headline}")
-    for col in ("arm", "k", "c", "class", "decode tok/s", "Δ vs base", "TTFT ms", "mean acc len", "last pos acc",
-                "verdict"):  # per-position curves are in the report
-        table.add_column(col, no_wrap=True)
-    for r in rows:
-        last = r.acceptance_per_position.split()[-1] if r.acceptance_per_position else "-"
-        table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class,
-                      _num(r.decode_tok_s, ".1f"), _num(r.delta_pct, "+.1f", "%"), _num(r.ttft_s and r.ttft_s * 1e3, ".0f"),
-                      _num(r.mean_acceptance_length, ".2f"), last, r.verdict)
-    out.print(table)
-    for arm in result.arms:
-        if arm.status != "ok":
-            out.print(f"[yellow]arm {arm.name} {arm.status}:[/yellow] {arm.reason}", highlight=False)
+    out.print(_verdict_table(f"run {outcome.run_id}: {outcome.headline}", outcome.rows))
+    for reason in outcome.reasons:
+        out.print(f"  {reason}", highlight=False, markup=False)
     out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
     if json_path:
-        summary = {**outcome.model_dump(mode="json"), "rows": [r.__dict__ for r in rows]}
-        json_path.write_text(json.dumps(summary, indent=1))
+        json_path.write_text(outcome.model_dump_json(indent=1))
     raise typer.Exit(outcome.exit_code)
+
+
+def _verdict_table(title: str, rows: list[VerdictRow]) -> Table:
+    table = Table(title=title)
+    for col in ("arm", "k", "c", "class", "blocks", "decode tok/s", "Δ vs base", "CI %", "TTFT ms", "mean acc len",
+                "verdict"):  # per-position curves and the cost model are in the report
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class, str(r.blocks),
+                      _num(r.decode_tok_s, ".1f"), _num(r.delta_pct, "+.1f", "%"), r.ci_pct,
+                      _num(r.ttft_s and r.ttft_s * 1e3, ".0f"), _num(r.mean_acceptance_length, ".2f"), r.verdict)
+    return table
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="a run id (`specwatch sql \"select run_id from runs\"`)")],
+    db: DbOption = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="where to write (default: the run dir)")] = None,
+) -> None:
+    """Regenerate a run's report and plots from DuckDB alone."""
+    from specwatch import db as database
+    from tasks.ingest import load
+    from specwatch.spec import stored_spec
+    from tasks.report import headline, verdict_rows, write_report
+
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; pass --db")
+    con = database.connect(path, read_only=True)
+    try:
+        result = load(con, run_id)
+    except LookupError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        con.close()
+    report_path, assessment = write_report(result, out_dir or paths.runs_dir() / run_id)
+    out.print(_verdict_table(f"run {run_id}: {headline(result, assessment)}",
+                             verdict_rows(result, stored_spec(result.experiment), assessment)))
+    out.print(f"report: {report_path}")
 
 
 def _duration(text: str | None) -> float | None:

@@ -18,6 +18,7 @@ from pydantic import (
     PositiveFloat,
     PositiveInt,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -70,10 +71,11 @@ class ModelSpec(_Strict):
     served_name: str | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> ModelSpec:
+    def _one_source(self, info: ValidationInfo) -> ModelSpec:
         if (self.path is None) == (self.generate is None):
             raise ValueError("set exactly one of model.path (a checkpoint directory) or model.generate")
-        if self.path is not None and not self.path.expanduser().is_dir():
+        stored = bool(info.context and info.context.get("stored"))  # a past run's spec: the dir may be gone
+        if self.path is not None and not stored and not self.path.expanduser().is_dir():
             raise ValueError(
                 f"model.path {str(self.path)!r} is not a directory; point it at a checkpoint with config.json"
             )
@@ -415,3 +417,8 @@ def load_spec(path: Path) -> ExperimentSpec:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as err:
         raise SpecError(str(path), format_validation_error(err, raw)) from None
+
+
+def stored_spec(experiment: dict[str, Any]) -> ExperimentSpec:
+    """The spec a past run recorded, without re-checking what may have changed on disk since."""
+    return ExperimentSpec.model_validate(experiment, context={"stored": True})
