@@ -57,33 +57,45 @@ def _load(file: Path) -> ExperimentSpec:
         raise typer.Exit(1) from None
 
 
-def _plan_table(spec: ExperimentSpec) -> tuple[Table, float]:
-    wl = spec.workload
-    table = Table(title=f"plan: {spec.name} (baseline {spec.baseline})")
+def _plan_table(spec: ExperimentSpec) -> tuple[Table, float, int]:
+    """The plan, a rough wall time and the number of server launches."""
+    wl, blocks = spec.workload, spec.design.max_blocks if spec.design.adaptive else spec.design.blocks
+    table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {blocks} block(s) per arm)")
     for col in ("arm", "image", "launcher", "method", "k", "cells", "requests"):
         table.add_column(col)
     cells = len(wl.concurrency) * len(wl.prompt_classes)
-    total = 0.0
+    total, launches = 0.0, 0
     for arm in spec.arms:
         image = spec.image(arm.image)
-        per_cell = sum(wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
-        launches = 0 if image.backend == "endpoint" else 1
-        total += launches * BOOT_ESTIMATE_S + per_cell * len(wl.prompt_classes)
-        total += wl.warmup_requests * wl.max_tokens / DECODE_ESTIMATE_TOK_S
+        if wl.duration_s:
+            per_block = cells * wl.duration_s
+        else:
+            per_block = len(wl.prompt_classes) * sum(
+                wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
+        per_block += (wl.warmup_requests * wl.max_tokens + spec.design.probes * spec.design.probe_tokens) \
+            / DECODE_ESTIMATE_TOK_S
+        boots = 0 if image.backend == "endpoint" else blocks
+        launches += boots
+        total += boots * BOOT_ESTIMATE_S + blocks * per_block
         version = image.url if image.backend == "endpoint" else f"{image.package}=={image.version}"
-        table.add_row(arm.name, version, "endpoint" if launches == 0 else arm.launcher,
-                      arm.speculative.method if arm.speculative else "off", str(arm.k or "-"), str(cells),
-                      str(cells * wl.requests_per_cell))
-    return table, total
+        table.add_row(arm.name, version, "endpoint" if boots == 0 else arm.launcher,
+                      arm.speculative.method if arm.speculative else "off", str(arm.k or "-"), str(cells * blocks),
+                      str(cells * blocks * wl.requests_per_cell) if not wl.duration_s else f"{wl.duration_s:g}s/cell")
+    return table, total, launches
 
 
 @app.command()
 def validate(file: Annotated[Path, typer.Argument(help="experiment YAML")]) -> None:
     """Check an experiment file and print its plan; exit 1 with one line per problem."""
+    from specwatch.stats import block_order
+
     spec = _load(file)
-    table, seconds = _plan_table(spec)
+    table, seconds, launches = _plan_table(spec)
     out.print(table)
-    launches = sum(spec.image(a.image).backend != "endpoint" for a in spec.arms)
+    order = block_order([a.name for a in spec.arms], spec.design.blocks)
+    out.print(f"launch order: {' '.join(f'{arm}#{block}' for arm, block in order)}"
+              + (f" (then up to {spec.design.max_blocks} blocks per arm while cells are inconclusive)"
+                 if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {launches} server launch(es); rough wall time {seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each)")
 

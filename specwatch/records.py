@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, computed_field
 # No real decode step is shorter than this; chunks closer together were buffered and
 # delivered in one burst (seen on vLLM's API server when steps take ~3 ms on a 2-core host).
 COALESCED_GAP_S = 0.0002
+# A cell keeps its decode figures while at most this share of its streams arrived in bursts.
+MAX_COALESCED_SHARE = 0.25
 
 
 class _Record(BaseModel):
@@ -130,8 +132,11 @@ class RequestSample(_Record):
     @computed_field
     @property
     def decode_tok_s(self) -> float | None:
-        """(completion_tokens - 1) / (t_last - t_first): the first token belongs to TTFT."""
-        if self.completion_tokens is None or self.completion_tokens < 2 or not self.decode_s:
+        """(completion_tokens - 1) / (t_last - t_first): the first token belongs to TTFT.
+
+        None for a stream that arrived in one burst: it carries no per-token timing.
+        """
+        if self.completion_tokens is None or self.completion_tokens < 2 or not self.decode_s or self.coalesced:
             return None
         return (self.completion_tokens - 1) / self.decode_s
 

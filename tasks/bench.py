@@ -25,12 +25,13 @@ from prefect import task
 
 from specwatch.metrics import MetricsSnapshot, parse_metrics, window
 from specwatch.prompts import Prompt, build_prompt, repetition_ratio
-from specwatch.records import COALESCED_GAP_S, CellResult, RequestSample
+from specwatch.records import COALESCED_GAP_S, MAX_COALESCED_SHARE, CellResult, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
 log = logging.getLogger("specwatch.bench")
 
 GAUGE_PERIOD_S = 0.2
+MIN_GAUGE_SAMPLES = 3
 
 
 class BenchError(Exception):
@@ -192,13 +193,17 @@ class Client:
 
 
 async def _max_running(client: Client, stop: asyncio.Event) -> int | None:
-    """Peak of the server's running-requests gauge while the cell runs (sampled, so a floor)."""
-    peak: float | None = None
+    """Peak of the server's running-requests gauge while the cell runs.
+
+    Sampled, so a floor; None when the cell was too short for MIN_GAUGE_SAMPLES samples,
+    since then a low peak says nothing about whether concurrency was reached.
+    """
+    peaks: list[float] = []
     while True:
         # Wait first: a poll at the very start would only see requests not yet admitted.
         try:
             await asyncio.wait_for(stop.wait(), GAUGE_PERIOD_S)
-            return None if peak is None else int(peak)
+            return int(max(peaks)) if len(peaks) >= MIN_GAUGE_SAMPLES else None
         except TimeoutError:
             pass
         try:
@@ -206,7 +211,7 @@ async def _max_running(client: Client, stop: asyncio.Event) -> int | None:
         except httpx.HTTPError:
             continue
         if snap.running is not None:
-            peak = max(peak or 0.0, snap.running)
+            peaks.append(snap.running)
 
 
 def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_ratio: float) -> CellResult:
@@ -216,10 +221,11 @@ def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_rat
         first = next(r for r in cell.requests if r.status != "ok")
         reasons.append(f"{cell.requests_failed} of {len(cell.requests)} requests failed (first: {first.error})")
     bursts = sum(r.coalesced for r in cell.requests)
-    if bursts:
+    if bursts > MAX_COALESCED_SHARE * len(cell.requests):
         reasons.append(
             f"{bursts} of {len(cell.requests)} streams arrived in one burst (median gap between chunks "
-            f"< {COALESCED_GAP_S * 1e3:.1f} ms): the server buffered them, so per-stream decode rate is not measurable"
+            f"< {COALESCED_GAP_S * 1e3:.1f} ms; more than {MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
+            "them, so per-stream decode rate is not measurable"
         )
     if cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
         reasons.append(

@@ -142,3 +142,17 @@ def test_duration_mode_counts_only_requests_inside_the_window() -> None:
     assert all(r.started_s >= 0 and r.started_s + r.e2e_s <= 1.0 for r in cell.requests)
     # the server's counter also saw the requests still running at the deadline
     assert cell.window.generation_tokens >= cell.completion_tokens
+
+
+def test_a_few_burst_streams_are_left_out_of_decode_figures_and_many_reject() -> None:
+    def cell(bursts: int) -> CellResult:
+        reqs = [RequestSample(index=i, prompt_tokens=10, status="ok", completion_tokens=33, decode_s=1.0,
+                              chunk_gap_median_s=0.00001 if i < bursts else 0.03) for i in range(8)]
+        reqs[0] = reqs[0].model_copy(update={"decode_s": 0.001}) if bursts else reqs[0]
+        return CellResult(concurrency=1, prompt_class="code", prompt_tokens=10, max_tokens=33, wall_s=8.0,
+                          window=SpecWindow(), requests=reqs)
+
+    few = gate(cell(2), 0.01, 0.5)
+    assert not few.rejected and few.decode_tok_s_median == pytest.approx(32.0)  # the burst's 32000 tok/s is out
+    many = gate(cell(3), 0.01, 0.5)
+    assert many.rejected and "3 of 8 streams arrived in one burst" in many.reject_reason
