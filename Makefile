@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO ?= examples/cpu-ngram.yaml
 
-.PHONY: install demo test clean
+.PHONY: install demo test serve browser clean
 
 install: $(STAMP)
 
@@ -20,8 +20,17 @@ demo: install
 	@$(BIN)/specwatch run $(DEMO); code=$$?; \
 	if [ $$code -eq 0 ] || [ $$code -eq 3 ] || [ $$code -eq 4 ]; then exit 0; else exit $$code; fi
 
-test: install
+# The UI test drives Debian's chromium (no browser download): install it when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: install browser
 	$(BIN)/python -m pytest -ra
+
+# A real Prefect server + worker with the deployments applied; Ctrl-C stops it.
+serve: install
+	$(BIN)/specwatch serve
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -6,10 +6,13 @@ Thin on purpose: it decides order and what a failure means; the stages live in `
 from __future__ import annotations
 
 import hashlib
+import os
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect.concurrency.sync import concurrency
 from prefect.runtime import flow_run
 from pydantic import BaseModel
 
@@ -100,9 +103,47 @@ class _Blocks:
         write_raw(self.result, self.run_dir)  # each finished launch is on disk before the next one starts
 
 
+def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
+    """Images, checkpoint, then every launch in the counterbalanced order (and adaptive rounds)."""
+    logger = get_run_logger()
+    refs, image_errors = _images(spec)
+    facts = _checkpoint(spec, refs)
+    result.checkpoint = facts
+    model_dir = facts.path if facts else Path(spec.served_name)
+    blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts)
+    names = [a.name for a in spec.arms]
+    for arm_name, block in stats.block_order(names, spec.design.blocks):
+        blocks.run(arm_name, block)
+    done = spec.design.blocks
+    while spec.design.adaptive:
+        cis = {(c.arm, c.concurrency, c.prompt_class): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
+        step = stats.adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
+                                       spec.design.max_blocks or done)
+        logger.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
+        if not step.add_block:
+            return
+        done += 1
+        for arm_name, block in stats.block_order(names, done):
+            if block == done:
+                blocks.run(arm_name, block)
+
+
+def _cluster_lock(cluster: str) -> AbstractContextManager[object]:
+    """One run per serving cluster at a time, across runs, via a Prefect global concurrency limit.
+
+    Only against a real Prefect API (`specwatch serve` creates `cluster-<name>`); an ephemeral
+    API has no other run to collide with.
+    """
+    if not os.environ.get("PREFECT_API_URL"):
+        return nullcontext()
+    return concurrency(f"cluster-{cluster}", occupy=1)
+
+
 @flow(name="specwatch-ab", on_cancellation=[_stop_servers], on_crashed=[_stop_servers], log_prints=True)
-def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str | None = None) -> RunOutcome:
-    """Run every arm of an experiment once, store the results and check them against the baseline arm."""
+def ab(
+    experiment: ExperimentSpec, db: str | None = None, experiment_file: str | None = None, cluster: str = "local"
+) -> RunOutcome:
+    """Run an experiment's arms in restart blocks, store the results and decide against the baseline arm."""
     logger = get_run_logger()
     processes.install_signal_handlers()
     spec = experiment
@@ -127,27 +168,8 @@ def ab(experiment: ExperimentSpec, db: str | None = None, experiment_file: str |
         started_at=datetime.now(UTC),
     )
     try:
-        refs, image_errors = _images(spec)
-        facts = _checkpoint(spec, refs)
-        result.checkpoint = facts
-        model_dir = facts.path if facts else Path(spec.served_name)
-        blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts)
-        names = [a.name for a in spec.arms]
-        for arm_name, block in stats.block_order(names, spec.design.blocks):
-            blocks.run(arm_name, block)
-        done = spec.design.blocks
-        while spec.design.adaptive:
-            cis = {(c.arm, c.concurrency, c.prompt_class): c.ci
-                   for c in compare_cells(result, spec, confidence_for(spec))}
-            step = stats.adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
-                                           spec.design.max_blocks or done)
-            logger.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
-            if not step.add_block:
-                break
-            done += 1
-            for arm_name, block in stats.block_order(names, done):
-                if block == done:
-                    blocks.run(arm_name, block)
+        with _cluster_lock(cluster):
+            _measure(spec, result, run_dir)
     except CheckpointError as exc:
         result.ended_at = datetime.now(UTC)
         write_raw(result, run_dir)

@@ -330,5 +330,30 @@ def sql(
         out.print(f"{len(frame)} row(s)")
 
 
+@app.command("serve")
+def serve_command(
+    port: Annotated[int, typer.Option(help="Prefect server port on 127.0.0.1")] = 4200,
+) -> None:
+    """Start a Prefect server (SQLite under SPECWATCH_HOME), apply the deployments, start a worker."""
+    import time
+
+    from specwatch.serve import ServeError, serve
+
+    try:
+        stack = serve(port)
+    except ServeError as exc:
+        raise _fail(str(exc)) from None
+    with stack:
+        out.print(f"Prefect UI: {stack.api_url.removesuffix('/api')}  (API {stack.api_url})\n"
+                  f"deployments applied from deployments/prefect.yaml; worker on pool specwatch-process\n"
+                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\nCtrl-C stops everything.")
+        try:
+            while all(p.poll() is None for p in stack.procs):
+                time.sleep(1)
+            err.print("a Prefect process exited; stopping the stack (logs under SPECWATCH_HOME/logs)")
+        except KeyboardInterrupt:
+            pass
+
+
 def main() -> None:
     app()

@@ -265,6 +265,8 @@ def report_task(result: RunResult, run_dir: Path) -> Path:
     spec = stored_spec(result.experiment)
     key = f"specwatch-{result.experiment_name}".lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(path.read_text(), key=key, description=f"specwatch report {result.run_id}")
-    create_table_artifact([asdict(r) for r in verdict_rows(result, spec, assessment)], key=f"{key}-table",
+    rows = [{k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(r).items()}
+            for r in verdict_rows(result, spec, assessment)]
+    create_table_artifact(rows, key=f"{key}-table",
                           description=f"verdict table {result.run_id}: {assessment.verdict.decision}")
     return path

@@ -1,0 +1,154 @@
+"""The deployments on a real Prefect server: `prefect server start`, the process work pool, a
+worker, the deployments applied from deployments/prefect.yaml; a run triggered through the API
+must complete, land in DuckDB and attach its report artifacts; the UI shows them in a browser."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import duckdb
+import httpx
+import pytest
+
+from specwatch.serve import Stack, apply_deployments, start_server, start_worker
+from tasks.arm import free_port
+from tests.fakeserver import run_fake_vllm
+
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+ARTIFACTS = Path(os.environ.get("SPECWATCH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
+
+
+def experiment(base: str, cand: str) -> dict:
+    ngram = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
+    return {
+        "name": "deployed-ab",
+        "model": {"generate": {}, "served_name": "demo"},
+        "images": [{"name": "old", "backend": "endpoint", "url": base},
+                   {"name": "new", "backend": "endpoint", "url": cand}],
+        "arms": [{"name": "base", "image": "old", "speculative": ngram},
+                 {"name": "cand", "image": "new", "speculative": ngram}],
+        "baseline": "base",
+        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 64, "concurrency": [1],
+                     "requests_per_cell": 3, "warmup_requests": 1},
+    }
+
+
+def call(method, url: str, **kw) -> httpx.Response:
+    """SQLite-backed Prefect answers 503 while its database is busy: retry those."""
+    for _ in range(30):
+        resp = method(url, **kw)
+        if resp.status_code != 503:
+            return resp.raise_for_status()
+        time.sleep(1)
+    return resp.raise_for_status()
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    home = tmp_path_factory.mktemp("served")
+    with start_server(home, free_port()) as stack:
+        output = apply_deployments(stack)
+        assert "ab-on-demand" in output
+        start_worker(stack, query_seconds=2)
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def finished_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
+    db = tmp_path_factory.mktemp("db") / "h.duckdb"
+    api = httpx.Client(base_url=stack.api_url, timeout=30)
+    deployment = call(api.get, "/deployments/name/specwatch-ab/ab-on-demand").json()
+    args = ["--served-model-name", "demo", "--spec-config", SPEC, "--step-ms", "5"]
+    with run_fake_vllm(args) as base, run_fake_vllm(args) as cand:
+        run = call(api.post, f"/deployments/{deployment['id']}/create_flow_run", json={
+            "parameters": {"experiment": experiment(base, cand), "db": str(db)}}).json()
+        deadline = time.monotonic() + 240
+        while True:
+            state = call(api.get, f"/flow_runs/{run['id']}").json()["state"]
+            if state["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+                break
+            assert time.monotonic() < deadline, f"flow run still {state['type']} after 240 s"
+            time.sleep(2)
+    return deployment, run, state, db, api
+
+
+def test_deployment_list_has_the_on_demand_ab(stack: Stack) -> None:
+    out = stack.cli("deployment", "ls").stdout
+    assert "specwatch-ab/ab-on-demand" in out
+
+
+def test_triggered_run_completes_and_lands_in_duckdb(finished_run) -> None:
+    _, run, state, db, _ = finished_run
+    assert state["type"] == "COMPLETED", state
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        runs = con.execute("select flow_run_id from runs").fetchall()
+        cells = con.execute("select arm, requests_ok from cells order by arm").fetchall()
+    finally:
+        con.close()
+    assert runs == [(run["id"],)]
+    assert cells == [("base", 3), ("cand", 3)]
+
+
+def test_report_artifacts_are_attached_to_the_flow_run(finished_run) -> None:
+    _, run, _, _, api = finished_run
+    artifacts = call(api.post, "/artifacts/filter", json={"artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json()
+    kinds = sorted(a["type"] for a in artifacts)
+    assert kinds == ["markdown", "table"]
+    markdown = next(a for a in artifacts if a["type"] == "markdown")
+    assert "## Conclusion" in markdown["data"] and "## Conditions" in markdown["data"]
+    table = json.loads(next(a for a in artifacts if a["type"] == "table")["data"])
+    assert {row["arm"] for row in table} == {"base", "cand"}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    # Debian's chromium; no browser download. The flags keep it off the (closed) network.
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield chromium
+        chromium.close()
+
+
+def ui(stack: Stack) -> str:
+    return stack.api_url.removesuffix("/api")
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+def test_ui_shows_the_on_demand_parameter_form(stack: Stack, finished_run, browser) -> None:
+    deployment = finished_run[0]
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{ui(stack)}/deployments/deployment/{deployment['id']}/run", wait_until="networkidle")
+    page.get_by_text("Baseline", exact=True).first.wait_for(timeout=30000)
+    text = page.inner_text("body")
+    screenshot(page, "ui-ab-on-demand-form")
+    # the pydantic ExperimentSpec parameter renders as a form with its fields and their help
+    for field in ("experiment", "Model", "Images", "Arms", "Baseline", "Workload", "Prompt Tokens"):
+        assert field in text, field
+    assert "Either a checkpoint directory on disk or a model the project generates." in text
+
+
+def test_ui_shows_the_finished_runs_report_table(stack: Stack, finished_run, browser) -> None:
+    _, run, _, _, api = finished_run
+    table = next(a for a in call(api.post, "/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run["id"]]}}}).json() if a["type"] == "table")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{ui(stack)}/artifacts/artifact/{table['id']}", wait_until="networkidle")
+    page.get_by_text("cand", exact=True).first.wait_for(timeout=30000)
+    text = page.inner_text("body")
+    screenshot(page, "ui-report-table-artifact")
+    assert "base" in text and "decode_tok_s" in text
