@@ -420,6 +420,10 @@ def main() -> None:
     for name, params in named:
         label = f"{name} " + " ".join(f"{k}={v}" for k, v in params.items())
         cases.append((label.strip(), lambda n=name, p=params: queries.run_named(con, n, p)))
+    # for contrast only: what the views avoid by reading the per-cell aggregates stored at ingest
+    cases.append(("(contrast) medians recomputed from raw requests", lambda: con.execute(
+        "SELECT run_id, arm, block, concurrency, prompt_class, median(decode_tok_s) AS decode_tok_s_median, "
+        "median(ttft_s) AS ttft_s_median FROM requests WHERE status = 'ok' GROUP BY ALL").df()))
     results = []
     for label, fn in cases:
         first, med, frame = timed(fn, args.repeat)
@@ -449,12 +453,12 @@ def main() -> None:
     print()
     print(f"{'view / named query':<62} {'first s':>8} {'median s':>9} {'rows':>7}")
     for label, first, med, n in results:
-        flag = "" if max(first, med) < 1.0 else "  >= 1 s"
+        flag = "" if max(first, med) < 1.0 or label.startswith("(contrast)") else "  >= 1 s"
         print(f"{label:<62} {first:>8.3f} {med:>9.3f} {n:>7,}{flag}")
-    slow = [r for r in results if r[2] >= 1.0]
+    slow = [r for r in results if r[2] >= 1.0 and not r[0].startswith("(contrast)")]
     print()
     print(f"targets: ingest >= 100k rows/s: {'met' if total / ingest_s >= 100_000 else 'MISSED'} "
-          f"({total / ingest_s:,.0f}); every query < 1 s (median): {'met' if not slow else 'MISSED'}")
+          f"({total / ingest_s:,.0f}); every view and named query < 1 s (median): {'met' if not slow else 'MISSED'}")
 
     if tmpdir and not args.keep:
         for p in Path(tmpdir).iterdir():

@@ -35,7 +35,12 @@ def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subpro
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> int | None:
-    """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code."""
+    """SIGTERM the process group, SIGKILL it after `grace_s`; returns the exit code.
+
+    A second interrupt while waiting (Ctrl-C twice, `timeout` forwarding SIGTERM) kills the
+    group at once instead of abandoning it, and a group not yet gone stays registered for
+    the exit handler.
+    """
     try:
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM)
@@ -45,12 +50,16 @@ def stop(proc: subprocess.Popen, grace_s: float = 20.0) -> int | None:
                 log.warning("server pid %d ignored SIGTERM for %.0fs; killing its group", proc.pid, grace_s)
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+    except BaseException:
+        _signal_group(proc.pid, signal.SIGKILL)
+        raise
+    finally:
         # Engine workers may outlive a leader that exited on its own.
         _signal_group(proc.pid, signal.SIGKILL)
-        return proc.returncode
-    finally:
-        with _LOCK:
-            _LIVE.pop(proc.pid, None)
+        if proc.poll() is not None:
+            with _LOCK:
+                _LIVE.pop(proc.pid, None)
+    return proc.returncode
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -185,15 +185,21 @@ def connect(path: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def resolve(name: str, params: dict[str, str] | None = None) -> tuple[NamedQuery, dict[str, str | None]]:
+    """The query and its DuckDB parameters; QueryError for an unknown name or parameter, or a
+    missing one. Needs no database, so a CLI can check a call before opening the file."""
+    known = named_queries()
+    query = known.get(name)
+    if query is None:
+        close = difflib.get_close_matches(name, list(known), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise QueryError(f"unknown query {name!r}{hint}; known queries: {', '.join(known)} (files in {query_dir()})")
+    return query, bind(query, params or {})
+
+
 def run_named(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, str] | None = None) -> pd.DataFrame:
     """Run the named query with `params` (strings) as DuckDB named parameters."""
-    queries = named_queries()
-    query = queries.get(name)
-    if query is None:
-        close = difflib.get_close_matches(name, list(queries), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise QueryError(f"unknown query {name!r}{hint}; known queries: {', '.join(queries)} (files in {query_dir()})")
-    values = bind(query, params or {})
+    query, values = resolve(name, params)
     pending = _pending_migrations(con)
     if pending:
         raise QueryError(
@@ -217,7 +223,9 @@ def _first_line(exc: Exception) -> str:
 def _param_doc(p: Param) -> str:
     if p.required:
         return p.name
-    return f"{p.name} (optional, default {p.default})" if p.default is not None else f"{p.name} (optional, default: no filter)"
+    if p.default is None:
+        return f"{p.name} (optional, default: no filter)"
+    return f"{p.name} (optional, default {p.default})"
 
 
 def catalogue() -> str:

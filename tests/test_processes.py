@@ -77,3 +77,25 @@ def test_stop_all_stops_everything_still_live(tmp_path: Path) -> None:
     processes.stop_all()
     assert all(group_gone(p.pid) for p in procs)
     assert processes.live_pids() == []
+
+
+def test_a_second_interrupt_while_stopping_kills_the_group_at_once(tmp_path: Path, monkeypatch) -> None:
+    proc = processes.spawn([sys.executable, "-c", STUBBORN], dict(os.environ), tmp_path / "log")
+    wait_for_line(tmp_path / "log", "up")
+    real_wait = proc.wait
+
+    def interrupted(timeout=None):  # the Ctrl-C that arrives while we wait out the grace period
+        monkeypatch.setattr(proc, "wait", real_wait)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(proc, "wait", interrupted)
+    t0 = time.monotonic()
+    try:
+        processes.stop(proc, grace_s=30)
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt must propagate")
+    assert group_gone(proc.pid) and time.monotonic() - t0 < 5
+    processes.stop_all()  # the exit handler's pass finds it dead and forgets it
+    assert processes.live_pids() == []

@@ -1,0 +1,82 @@
+"""SIGTERM (how a Prefect worker cancels a run) and Ctrl-C must leave no server behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specwatch.metrics import parse_metrics
+
+from tests.fakeserver import REPO, fake_vllm_env
+
+# A launch of a command-launcher arm whose cells take a while, in a process of its own.
+SCRIPT = """
+import sys
+from pathlib import Path
+from specwatch import processes
+from specwatch.records import ImageRef
+from specwatch.spec import ExperimentSpec
+from tasks.arm import LaunchContext, run_arm
+processes.install_signal_handlers()
+cmd = "{python} -m specwatch.fake_vllm --port {port} --served-model-name {served_name} --spec-config {spec_config} --step-ms 40"
+spec = ExperimentSpec.model_validate({
+    "name": "t", "model": {"generate": {}, "served_name": "demo"}, "images": [{"name": "i", "version": "0"}],
+    "arms": [{"name": "a", "image": "i", "launcher": "command", "command": cmd,
+              "speculative": {"method": "ngram", "k": 2, "prompt_lookup_max": 3}}],
+    "baseline": "a", "design": {"blocks": 1, "probes": 0},
+    "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 400, "concurrency": [1],
+                 "requests_per_cell": 20, "warmup_requests": 1}})
+image = ImageRef(name="i", backend="venv", python=Path(sys.executable))
+ctx = LaunchContext(model_dir=Path(sys.argv[1]), served_name="demo", arm_dir=Path(sys.argv[1]) / "arm")
+run_arm(spec.arms[0], spec, image, ctx, None, "ns")
+"""
+
+
+def fake_servers() -> list[int]:
+    out = subprocess.run(["pgrep", "-f", "specwatch.fake_vllm"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def wait_for_a_request_in_flight(log: Path, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "no request ever ran"
+        port = re.search(r"Starting vLLM API server on http://127.0.0.1:(\d+)", log.read_text() if log.exists() else "")
+        if port:
+            try:
+                snap = parse_metrics(httpx.get(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=2).text)
+                if snap.running:
+                    return
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_mid_cell_stops_the_server(tmp_path: Path, sig: int) -> None:
+    before = set(fake_servers())
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO, env=fake_vllm_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_a_request_in_flight(tmp_path / "arm" / "server.log", proc)
+    except BaseException:
+        os.kill(proc.pid, signal.SIGKILL)
+        for pid in set(fake_servers()) - before:
+            os.kill(pid, signal.SIGKILL)
+        raise
+    started = set(fake_servers()) - before
+    assert started, "the fake server should be running now"
+    os.kill(proc.pid, sig)
+    proc.wait(30)
+    assert proc.returncode != 0  # interrupted, not finished
+    time.sleep(0.5)
+    assert not (set(fake_servers()) & started), "a server was left behind"
