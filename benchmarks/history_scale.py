@@ -7,7 +7,7 @@ view and named query on the result. Prints a table; nothing asserts.
 
 Shape of one run (defaults): 2 arms (ngram k=3 baseline, k=5) x 3 restart blocks x 9 cells
 (concurrency 1/4/16 x prompt class code/prose/json) x 512 requests = 27,648 request rows, plus
-54 cells, 216 speculative positions, ~480 quality rows, 24 probes, 6 arms and 1 run row.
+54 cells, 216 speculative positions, up to 648 quality rows, 24 probes, 6 arms and 1 run row.
 365 runs -> 10.09 M request rows.
 
 Frames are built with numpy (pydantic records for 10 M requests would take far longer than the

@@ -295,32 +295,57 @@ def ingest(run_dir: Annotated[Path, typer.Argument(help="SPECWATCH_HOME/runs/<ru
 
 @app.command()
 def sql(
-    query: Annotated[str, typer.Argument(help="SQL to run against the history")],
+    query: Annotated[str | None, typer.Argument(help="SQL to run against the history (or --name)")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="a named query from sql/queries (--list shows them)")]
+    = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE for --name; repeatable")] = None,
+    list_queries: Annotated[bool, typer.Option("--list", help="list the named queries and their parameters")] = False,
     db: DbOption = None,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
 ) -> None:
-    """Query the history, e.g. `specwatch sql "select * from cell_results"`."""
+    """Query the history: `specwatch sql "select * from cell_results"` or `specwatch sql --name k-vs-k ...`."""
     import duckdb
 
     from specwatch import db as database
+    from specwatch import queries
 
+    if list_queries:
+        out.print(queries.catalogue(), markup=False, highlight=False)
+        return
+    if (query is None) == (name is None):
+        raise _fail("pass SQL or --name NAME, not both or neither (`specwatch sql --list` shows the named queries)")
+    if param and name is None:
+        raise _fail("--param goes with --name (named queries)")
     if fmt not in ("table", "csv", "json"):
         raise _fail(f"--format {fmt!r} is not one of table, csv, json")
     path = db or paths.default_db()
     if not path.exists():
         raise _fail(f"no database at {path}; run an experiment first or pass --db")
-    con = database.connect(path, read_only=True)
-    try:
-        frame = database.query_df(con, query)
-    except duckdb.Error as exc:
-        raise _fail(f"query failed: {exc}") from None
-    finally:
-        con.close()
+    if name is not None:
+        try:
+            params = queries.parse_param_args(param)
+            queries.resolve(name, params)  # name and parameter errors before the file is opened
+            con = queries.connect(path)
+            try:
+                frame = queries.run_named(con, name, params)
+            finally:
+                con.close()
+        except queries.QueryError as exc:
+            raise _fail(str(exc)) from None
+    else:
+        con = database.connect(path, read_only=True)
+        try:
+            frame = database.query_df(con, query)
+        except duckdb.Error as exc:
+            raise _fail(f"query failed: {exc}") from None
+        finally:
+            con.close()
     if fmt == "csv":
         frame.to_csv(sys.stdout, index=False)
     elif fmt == "json":
         out.print_json(frame.to_json(orient="records", date_format="iso"))
     else:
+        frame = frame.astype(object).where(frame.notna(), None)
         table = Table()
         for col in frame.columns:
             table.add_column(str(col))

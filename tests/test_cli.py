@@ -110,3 +110,19 @@ def test_ingest_then_sql(tmp_path: Path) -> None:
     assert res.exit_code == 0 and res.output.splitlines()[:3] == ["arm,n", "k3,4", "k5,4"]
     res = runner.invoke(app, ["sql", "select nope from cell_results", "--db", str(db)])
     assert res.exit_code == 1 and "query failed" in res.output
+
+
+def test_named_queries_from_the_cli(tmp_path: Path) -> None:
+    write_raw(rf.run(), tmp_path / "run")
+    db = tmp_path / "h.duckdb"
+    assert runner.invoke(app, ["ingest", str(tmp_path / "run"), "--db", str(db)]).exit_code == 0
+    listing = runner.invoke(app, ["sql", "--list", "--db", str(db)])
+    assert listing.exit_code == 0 and "image-vs-image" in listing.output and "k-vs-k" in listing.output
+    res = runner.invoke(app, ["sql", "--name", "k-vs-k", "--param", "k_a=3", "--param", "k_b=5", "--db", str(db),
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.output)
+    assert {(r["concurrency"], r["prompt_class"]) for r in rows} == {(1, "code"), (1, "prose"), (4, "code"),
+                                                                     (4, "prose")}
+    missing = runner.invoke(app, ["sql", "--name", "k-vs-k", "--param", "k_a=3", "--db", str(db)])
+    assert missing.exit_code == 1 and "k_b" in missing.output and "Traceback" not in missing.output
