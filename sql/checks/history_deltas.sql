@@ -1,0 +1,101 @@
+-- This run's points against their baseline points from history, in the long format of
+-- regression_deltas.sql, so the same Great Expectations suite judges both.
+-- Baseline per (arm, cell) point, in its own series (never across series):
+--   $policy = 'previous-image': the most recent clean run on the highest vLLM version below
+--                               this point's version;
+--   'same-image': the most recent earlier clean run on the same version;
+--   'auto': previous-image when such a run exists, else same-image;
+--   'run': the run $baseline_run (same series).
+-- Clean = no regression flag and no invalid cell. delta_pct is oriented so that negative is
+-- worse for every metric (TTFT: lower is better, so baseline / value - 1).
+WITH this AS (
+    SELECT * FROM series_points WHERE run_id = $run_id
+),
+clean AS (
+    SELECT p.*
+    FROM series_points p
+    JOIN run_flags f USING (run_id)
+    WHERE p.run_id <> $run_id AND NOT f.regression_flagged AND NOT f.invalid_flagged
+),
+version_order AS (
+    -- '0.10.0' sorts after '0.9.1': compare versions as integer lists, not strings
+    SELECT DISTINCT vllm_version,
+           list_transform(string_split(regexp_extract(vllm_version, '^[0-9.]+'), '.'),
+                          lambda x: TRY_CAST(x AS INTEGER)) AS v
+    FROM series_points
+),
+candidates AS (
+    SELECT t.arm, t.concurrency, t.prompt_class, t.series_key, t.started_at AS this_started,
+           c.run_id AS baseline_run, c.arm AS baseline_arm, c.started_at, c.vllm_version,
+           CASE
+               WHEN $policy = 'run' THEN 'run'
+               WHEN vc.v < vt.v THEN 'previous-image'
+               WHEN c.vllm_version = t.vllm_version THEN 'same-image'
+           END AS kind,
+           vc.v AS version_key,
+           c.decode_tok_s_median, c.ttft_s_median, c.mean_acceptance_length
+    FROM this t
+    JOIN clean c USING (series_key)
+    JOIN version_order vt ON vt.vllm_version = t.vllm_version
+    JOIN version_order vc ON vc.vllm_version = c.vllm_version
+    WHERE ($policy = 'run' AND c.run_id = $baseline_run)
+       OR ($policy <> 'run' AND c.started_at < t.started_at)
+),
+ranked AS (
+    SELECT *,
+           row_number() OVER (
+               PARTITION BY arm, concurrency, prompt_class
+               ORDER BY
+                   -- auto prefers a previous image; each policy keeps only its own kind
+                   CASE WHEN kind = 'run' THEN 0 WHEN kind = 'previous-image' THEN 1 ELSE 2 END,
+                   version_key DESC, started_at DESC
+           ) AS rank
+    FROM candidates
+    WHERE kind IS NOT NULL
+      AND ($policy IN ('auto', 'run') OR kind = $policy)
+),
+base AS (SELECT * FROM ranked WHERE rank = 1),
+metric AS (
+    SELECT t.arm, t.concurrency, t.prompt_class, b.baseline_run, b.kind,
+           'history.decode_tok_s' AS check_name, 'decode_tok_s_median' AS metric, NULL::INTEGER AS position,
+           t.decode_tok_s_median AS value, b.decode_tok_s_median AS baseline_value,
+           t.decode_tok_s_median / b.decode_tok_s_median - 1 AS delta_pct
+    FROM this t JOIN base b USING (arm, concurrency, prompt_class)
+    UNION ALL
+    SELECT t.arm, t.concurrency, t.prompt_class, b.baseline_run, b.kind,
+           'history.ttft_s', 'ttft_s_median', NULL,
+           t.ttft_s_median, b.ttft_s_median, b.ttft_s_median / t.ttft_s_median - 1
+    FROM this t JOIN base b USING (arm, concurrency, prompt_class)
+    UNION ALL
+    SELECT t.arm, t.concurrency, t.prompt_class, b.baseline_run, b.kind,
+           'history.acceptance_length', 'mean_acceptance_length', NULL,
+           t.mean_acceptance_length, b.mean_acceptance_length,
+           t.mean_acceptance_length / b.mean_acceptance_length - 1
+    FROM this t JOIN base b USING (arm, concurrency, prompt_class)
+    UNION ALL
+    SELECT pos.arm, pos.concurrency, pos.prompt_class, pos.baseline_run, pos.kind,
+           'history.acceptance_position', 'acceptance_pos_' || pos.position, pos.position,
+           pos.value, pos.baseline_value, pos.value / pos.baseline_value - 1
+    FROM (
+        SELECT b.arm, b.concurrency, b.prompt_class, b.baseline_run, b.kind, sc.position,
+               median(sc.acceptance) FILTER (WHERE sc.run_id = $run_id) AS value,
+               median(sc.acceptance) FILTER (WHERE sc.run_id = b.baseline_run) AS baseline_value
+        FROM base b
+        JOIN spec_positions sc
+          ON sc.concurrency = b.concurrency AND sc.prompt_class = b.prompt_class
+         AND ((sc.run_id = $run_id AND sc.arm = b.arm) OR (sc.run_id = b.baseline_run AND sc.arm = b.baseline_arm))
+        JOIN cells c
+          ON c.run_id = sc.run_id AND c.arm = sc.arm AND c.block = sc.block
+         AND c.concurrency = sc.concurrency AND c.prompt_class = sc.prompt_class
+        WHERE NOT c.rejected
+        GROUP BY b.arm, b.concurrency, b.prompt_class, b.baseline_run, b.kind, sc.position
+    ) pos
+)
+SELECT
+    (row_number() OVER (ORDER BY arm, concurrency, prompt_class, check_name, position NULLS FIRST) - 1)::BIGINT
+        AS row_id,
+    arm, NULL::INTEGER AS block, concurrency, prompt_class, check_name, metric, position,
+    value, baseline_value, delta_pct, baseline_run, kind
+FROM metric
+WHERE value > 0 AND baseline_value > 0
+ORDER BY row_id;
