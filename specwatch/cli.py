@@ -355,6 +355,42 @@ def sql(
         out.print(f"{len(frame)} row(s)")
 
 
+@app.command()
+def history(
+    series: Annotated[str, typer.Option("--series", help="a series key or its prefix (default: all)")] = "",
+    db: DbOption = None,
+    plots: Annotated[Path | None, typer.Option("--plots", help="write a PNG per series into this folder")] = None,
+) -> None:
+    """List each series: its latest value, trend and change points (ruptures + Welch t-test, p < 0.001)."""
+    from specwatch import history as hist
+    from specwatch import queries
+
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    con = queries.connect(path)
+    try:
+        frame = hist.points(con, series)
+    finally:
+        con.close()
+    if frame.empty:
+        raise _fail(f"no series {'starting with ' + repr(series) if series else 'in the history yet'}")
+    table = Table(title=f"{path}: series")
+    for col in ("series", "what", "runs", "latest", "decode tok/s", "mean acc len", "trend/run", "change points"):
+        table.add_column(col)
+    for s in hist.summarize(frame):
+        changes = [f"{stamp} decode {cp.change:+.1%}" for stamp, cp in s.decode_changes]
+        changes += [f"{stamp} acceptance {cp.change:+.1%}" for stamp, cp in s.acceptance_changes]
+        table.add_row(s.key[:12], s.label, str(s.points), s.latest_version, f"{s.latest_decode_tok_s:.1f}",
+                      _num(s.latest_mean_acceptance_length, ".2f"), _num(s.decode_trend, "+.2%"),
+                      "\n".join(changes) or "-")
+        if plots:
+            hist.plot(frame, s, plots)
+    out.print(table)
+    if plots:
+        out.print(f"plots: {plots}")
+
+
 @app.command("serve")
 def serve_command(
     port: Annotated[int, typer.Option(help="Prefect server port on 127.0.0.1")] = 4200,
