@@ -5,6 +5,7 @@ and can notify through a Prefect webhook block.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Literal
 
@@ -52,7 +53,8 @@ def notify(block: str, message: str) -> None:
     from prefect.blocks.webhook import Webhook
 
     try:
-        Webhook.load(block).call({"text": message})
+        # Webhook.call is async-only in Prefect 3; this flow is sync, so no loop is running here
+        asyncio.run(Webhook.load(block).call({"text": message}))
     except Exception as exc:  # a notification is best effort; the run's state carries the result
         get_run_logger().warning("notification through block %r failed: %s", block, exc)
 

@@ -5,6 +5,8 @@ the `regressions` view."""
 from __future__ import annotations
 
 import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import duckdb
@@ -36,16 +38,37 @@ def experiment_file(tmp: Path, url: str) -> Path:
     return path
 
 
+class _Hook(BaseHTTPRequestHandler):
+    received: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        _Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def nights(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
+    from prefect.blocks.webhook import Webhook
+
     from flows.regression import regression
 
+    hook = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    Webhook(method="POST", url=f"http://127.0.0.1:{hook.server_port}/hook").save("team-hook", overwrite=True)
     tmp = tmp_path_factory.mktemp("nightly")
     db = str(tmp / "h.duckdb")
     states = []
-    for extra in ([], [], ["--slowdown", "1.6"]):
-        with run_fake_vllm(server(*extra)) as url:
-            states.append(regression(str(experiment_file(tmp, url)), db=db, return_state=True))
+    try:
+        for extra in ([], [], ["--slowdown", "1.6"]):
+            with run_fake_vllm(server(*extra)) as url:
+                states.append(regression(str(experiment_file(tmp, url)), db=db, notify_block="team-hook",
+                                         return_state=True))
+    finally:
+        hook.shutdown()
     return states, db
 
 
@@ -75,3 +98,5 @@ def test_a_real_slowdown_fails_the_run_as_a_regression(nights) -> None:
     assert row[0] == "decode_tok_s_median" and -50 < row[3] < -25  # 1/1.6 - 1 = -37.5%
     # speed changed, acceptance did not: nothing else is flagged
     assert rows(db, "select count(*) from regressions where \"check\" <> 'history.decode_tok_s'") == [(0,)]
+    # the team's webhook heard about it, and only about it
+    assert len(_Hook.received) == 1 and "regressed" in _Hook.received[0]["text"]
