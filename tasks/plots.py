@@ -28,8 +28,13 @@ def acceptance_plot(curves: list[ArmCurve], path: Path) -> Path:
     ax.set_ylabel("acceptance (accepted at position / drafts)")
     ax.set_ylim(0, 1.05)
     ax.set_title("Per-position acceptance, pooled over blocks")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    return _save(fig, [ax], path)
+
+
+def _save(fig: plt.Figure, axes: list[plt.Axes], path: Path) -> Path:
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -63,9 +68,4 @@ def decode_plot(result: RunResult, arms: list[str], prompt_classes: list[str], p
         ax.set_xlabel("concurrency")
         ax.set_ylabel("decode tok/s per stream (block medians)")
         ax.set_title(f"{pclass}: mean of blocks, 95% CI")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, list(axes[0]), path)

@@ -54,3 +54,14 @@ def run(run_id: str = "20261130T120000Z-abcdef", arms: list[ArmResult] | None = 
                                             arm("k5", 5, 0.9, [80.0, 60.0, 40.0, 20.0, 10.0])],
         started_at=T0, ended_at=T0 + timedelta(minutes=5),
     )
+
+
+def query(db: str | Path, sql: str) -> list[tuple]:
+    """Rows of `sql` from a DuckDB file, opened read-only and closed again."""
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()

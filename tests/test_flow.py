@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from specwatch.spec import ExperimentSpec
 from tests.fakeserver import run_fake_vllm
+from tests.records_factory import query as q
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 
@@ -46,13 +46,6 @@ def planted(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
         outcome = ab(experiment(base, cand), db=str(db))
     return outcome, db
 
-
-def q(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_planted_slowdown_is_flagged_in_every_cell(planted) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from specwatch import processes
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
 from tests.conftest import DEMO_IMAGE
+from tests.records_factory import query as rows
 
 pytestmark = pytest.mark.real
 
@@ -51,13 +51,6 @@ def ab_run(vllm_image: ImageRef, demo_model: Path, prefect_api: None, tmp_path_f
     outcome = ab(short_ab(), db=str(db))
     return outcome, db
 
-
-def rows(db: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(db), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_both_arms_landed_with_confirmed_k(ab_run) -> None:

@@ -9,11 +9,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-import duckdb
 import pytest
 import yaml
 
 from tests.fakeserver import run_fake_vllm
+from tests.records_factory import query as rows
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 
@@ -71,13 +71,6 @@ def nights(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
         hook.shutdown()
     return states, db
 
-
-def rows(db: str, sql: str) -> list[tuple]:
-    con = duckdb.connect(db, read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def test_first_run_has_no_baseline_and_the_second_passes(nights) -> None:

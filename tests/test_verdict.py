@@ -1,0 +1,102 @@
+"""The decision from blocks, on synthetic runs with known answers (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from specwatch.cli import app
+from specwatch.records import RunResult
+from specwatch.spec import ExperimentSpec
+from tasks.ingest import ingest
+from tasks.verdict import assess, first_divergence, quality_records
+from tests import records_factory as rf
+
+NGRAM = {"method": "ngram", "prompt_lookup_max": 4}
+
+
+def spec(**design: object) -> ExperimentSpec:
+    return ExperimentSpec.model_validate({
+        "name": "synthetic", "model": {"generate": {}}, "images": [{"name": "cpu", "version": "0.32.0"}],
+        "arms": [{"name": "k3", "image": "cpu", "speculative": {**NGRAM, "k": 3}},
+                 {"name": "k5", "image": "cpu", "speculative": {**NGRAM, "k": 5}}],
+        "baseline": "k3", "design": {"blocks": 3, **design},
+        "workload": {"prompt_classes": ["code", "prose"], "concurrency": [1, 4]},
+    })
+
+
+def blocks_run(cand_speedup: float, cand_curve: list[float], noise: float = 0.01,
+               probes: tuple[list[int], list[int]] = ([1, 2, 3], [1, 2, 3])) -> RunResult:
+    """Three blocks per arm; the candidate decodes `cand_speedup` times faster."""
+    rng = np.random.default_rng(0)
+    arms = []
+    for block in (1, 2, 3):
+        for name, k, speed, curve, probe in (("k3", 3, 1.0, [80.0, 60.0, 40.0], probes[0]),
+                                             ("k5", 5, cand_speedup, cand_curve, probes[1])):
+            arm = rf.arm(name, k, 1.0 / (speed * (1 + rng.normal(0, noise))), curve)
+            arms.append(arm.model_copy(update={"block": block, "probes": [probe]}))
+    result = rf.run(arms=arms)
+    result.experiment = spec().model_dump(mode="json")
+    return result
+
+
+def test_a_clear_gain_with_a_healthy_tail_promotes() -> None:
+    a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
+    assert a.verdict.decision == "PROMOTE"
+    assert {c.outcome for c in a.cells} == {"gain"} and len(a.cells) == 4
+    assert all(c.ci.n_pairs == 3 and 0.15 < c.ci.estimate < 0.25 for c in a.cells)
+    assert [c.k for c in a.curves] == [3, 5] and a.curves[1].per_position[-1] == pytest.approx(0.35)
+
+
+def test_a_collapsed_tail_reverts_even_when_faster() -> None:
+    a = assess(blocks_run(1.2, [85.0, 60.0, 40.0, 20.0, 10.0]), spec())
+    assert a.verdict.decision == "REVERT"
+    assert any("tail collapse: k5" in r for r in a.verdict.reasons)
+    failed = [q for q in quality_records(a, spec()) if not q.passed]
+    assert [q.check for q in failed] == ["acceptance.tail_floor"]
+
+
+def test_changed_greedy_output_reverts_with_the_first_diverging_token() -> None:
+    a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0], probes=([1, 2, 3, 4], [1, 2, 9, 4])), spec())
+    assert a.verdict.decision == "REVERT"
+    (d,) = a.divergences
+    assert (d.arm, d.reference, d.position) == ("k5", "k3", 2)
+    assert first_divergence([1, 2], [1, 2, 3]) == 2 and first_divergence([1], [1]) is None
+
+
+def test_noise_within_the_band_is_inconclusive_with_three_blocks() -> None:
+    a = assess(blocks_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.08), spec())
+    assert a.verdict.decision == "INCONCLUSIVE"
+    assert a.verdict.needs_more_blocks  # the cells that straddle the band are listed
+
+
+def test_a_regression_reverts_and_is_a_failed_quality_record() -> None:
+    a = assess(blocks_run(0.7, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
+    assert a.verdict.decision == "REVERT"
+    flagged = [q for q in quality_records(a, spec()) if q.check == "regression.ci.decode_tok_s" and not q.passed]
+    assert len(flagged) == 4 and all(-0.35 < q.value < -0.25 for q in flagged)
+
+
+def test_cost_model_predicts_neighbouring_k_and_compares_with_measurement() -> None:
+    a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
+    assert set(a.cost) == {"k3", "k5"}
+    assert [r.k for r in a.cost["k3"].rows] == list(range(1, 8))
+    (row,) = a.cost_rows
+    assert row.arm == "k5" and row.k == 5 and row.error == pytest.approx(row.predicted_tok_s / row.measured_tok_s - 1)
+
+
+def test_report_regenerates_from_duckdb_alone(tmp_path: Path) -> None:
+    result = blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0])
+    ingest(result, tmp_path / "h.duckdb")
+    res = CliRunner().invoke(app, ["report", result.run_id, "--db", str(tmp_path / "h.duckdb"),
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    report = (tmp_path / "out" / "report.md").read_text()
+    for section in ("## Conditions", "## Measurement", "## Result", "## Conclusion", "## Limitations"):
+        assert section in report
+    assert "**PROMOTE**" in report and "predicted best k" in report
+    assert (tmp_path / "out" / "acceptance_per_position.png").stat().st_size > 10_000
+    assert (tmp_path / "out" / "decode_vs_concurrency.png").stat().st_size > 10_000
