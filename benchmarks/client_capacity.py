@@ -22,6 +22,7 @@ busy the ladder measures the server, not the clients.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -72,12 +73,15 @@ def run_specwatch(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.Co
     pairs = [(s, recs[str(s.index)]) for s in got.cell.requests if s.status == "ok" and str(s.index) in recs]
     true_med = C.median([r["decode_tok_s"] for _, r in pairs])
     util = cpu.utilisation(got.t_start, got.t_end)
+    util["client_proc"] = cpu.process_cpu("client", got.t_start, got.t_end)
+    util["server_proc"] = cpu.process_cpu("server", got.t_start, got.t_end)
     return {
         "true": true_med, "measured": got.cell.decode_tok_s_median,
         "err": C.rel(got.cell.decode_tok_s_median, true_med),
         "ttft_overhead_ms": C.median([(s.ttft_s - r["ttft_s"]) * 1e3 for s, r in pairs if s.ttft_s is not None]),
         "chunk_rate": _chunk_rate(list(recs.values())), "failed": got.cell.requests_failed,
         "client_core": util.get(C.CLIENT_CORE), "server_core": util.get(C.SERVER_CORE),
+        "client_proc": util.get("client_proc"), "server_proc": util.get("server_proc"),
         "lag_p99_ms": (C.quantile(got.lag_s, 0.99) or 0) * 1e3, "rejected": got.cell.reject_reason,
     }
 
@@ -87,7 +91,7 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSam
     prefix = f"vb{level}-"
     run = C.vllm_bench_serve(url, "demo", C.DEMO_MODEL, concurrency=c, num_prompts=a.waves * c,
                              input_len=a.prompt_tokens, output_len=a.max_tokens, core=C.CLIENT_CORE,
-                             request_id_prefix=prefix, num_warmups=2)
+                             request_id_prefix=prefix, num_warmups=2, sampler=cpu)
     res = run.result
     recs = _records(C.truth(url), f"cmpl-{prefix}")
     per = C.vllm_per_request(res)
@@ -95,6 +99,8 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSam
     true_tpot_mean = statistics.mean(1 / r["decode_tok_s"] for _, r in pairs)
     t0 = min(res["start_times"])
     util = cpu.utilisation(t0, t0 + res["duration"])
+    util["client_proc"] = cpu.process_cpu("vllm_bench", t0, t0 + res["duration"])
+    util["server_proc"] = cpu.process_cpu("server", t0, t0 + res["duration"])
     true_med = C.median([r["decode_tok_s"] for _, r in pairs])
     meas_med = C.median([p["decode_tok_s"] for p, _ in pairs])
     return {
@@ -104,6 +110,7 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSam
         "ttft_overhead_ms": C.median([(p["ttft_s"] - r["ttft_s"]) * 1e3 for p, r in pairs]),
         "chunk_rate": _chunk_rate(list(recs.values())), "failed": res["failed"],
         "client_core": util.get(C.CLIENT_CORE), "server_core": util.get(C.SERVER_CORE),
+        "client_proc": util.get("client_proc"), "server_proc": util.get("server_proc"),
         "output_throughput": res["output_throughput"], "argv": run.argv,
     }
 
@@ -127,18 +134,28 @@ def main() -> int:
     C.pin_self(C.CLIENT_CORE)
     spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'
     rows: list[dict] = []
+    notes: list[str] = []
     vllm_argv: list[str] = []
     t_start = time.monotonic()
     with C.CoreSampler() as cpu:
+        cpu.watch("client", os.getpid())
         for i, (step_ms, c) in enumerate(levels, 1):
             server_args = ["--served-model-name", "demo", "--spec-config", spec, "--accept-probs", a.accept_probs,
                            "--step-ms", str(step_ms), "--ttft-ms", str(a.ttft_ms), "--max-num-seqs", "512"]
-            row = {"level": i, "step_ms": step_ms, "c": c, "nominal": c * 1000 / step_ms}
-            with C.fake_vllm(server_args, core=C.SERVER_CORE) as url:
-                row["sw"] = run_specwatch(url, a, c, i, cpu)
-                if not a.skip_vllm:
-                    row["vb"] = run_vllm(url, a, c, i, cpu)
-                    vllm_argv = row["vb"]["argv"]
+
+            def level(i: int = i, step_ms: float = step_ms, c: int = c, server_args: list[str] = server_args) -> dict:
+                row = {"level": i, "step_ms": step_ms, "c": c, "nominal": c * 1000 / step_ms}
+                with C.fake_vllm(server_args, core=C.SERVER_CORE, sampler=cpu) as url:
+                    row["sw"] = run_specwatch(url, a, c, i, cpu)
+                    if not a.skip_vllm:
+                        row["vb"] = run_vllm(url, a, c, i, cpu)
+                return row
+
+            row, quiet = C.quiet_run(f"level {i}", level, a.quiet_wait_s)
+            if quiet != "quiet":
+                notes.append(f"level {i}: {quiet}")
+            if "vb" in row:
+                vllm_argv = row["vb"]["argv"]
             rows.append(row)
             print(f"# level {i}: {step_ms} ms x c{c}: specwatch {C.pct(row['sw']['err'])}"
                   + (f", vllm bench serve {C.pct(row['vb']['err'])}" if "vb" in row else ""), flush=True)
@@ -146,6 +163,7 @@ def main() -> int:
             vb_bad = "vb" not in row or abs(row["vb"]["err"] or 1) > a.threshold
             if a.stop_after_both_fail and sw_bad and vb_bad:
                 break
+    note = "; ".join([note, *notes])
     report(a, rows, note, vllm_argv, time.monotonic() - t_start)
     return 0
 
@@ -160,26 +178,33 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[s
     print("  chunk/s = SSE chunks the server emitted per second (from its own records, one per engine step);"
           " core % = busy share of the core over the tool's run")
     print()
-    head = ["lvl", "step ms", "c", "nominal chunk/s",
-            "sw chunk/s", "sw true tok/s", "sw meas", "sw err", "sw TTFT ovh ms", "sw core0", "core1",
-            "sw lag p99 ms"]
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
+    def cpu(res: dict) -> str:
+        return f"{share(res['client_proc'])}/{share(res['server_proc'])}"
+
+    def cores(res: dict) -> str:
+        return f"{share(res['client_core'])}/{share(res['server_core'])}"
+
+    print("specwatch client (tasks.bench, httpx), median decode tok/s vs the true median")
+    print(C.table(
+        ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true tok/s", "measured", "err", "TTFT ovh ms",
+         "CPU client/server", "core0/core1", "loop lag p99 ms"],
+        [[r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(r["sw"]["chunk_rate"], ".0f"),
+          C.num(r["sw"]["true"], ".1f"), C.num(r["sw"]["measured"], ".1f"), C.pct(r["sw"]["err"]),
+          C.num(r["sw"]["ttft_overhead_ms"], ".2f"), cpu(r["sw"]), cores(r["sw"]), C.num(r["sw"]["lag_p99_ms"], ".1f")]
+         for r in rows]))
     if not a.skip_vllm:
-        head += ["vb chunk/s", "vb true 1/TPOT", "vb 1/TPOT", "vb err", "vb med err", "vb TTFT ovh ms", "vb core0",
-                 "core1"]
-    body = []
-    for r in rows:
-        sw = r["sw"]
-        line = [r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(sw["chunk_rate"], ".0f"),
-                C.num(sw["true"], ".1f"), C.num(sw["measured"], ".1f"), C.pct(sw["err"]),
-                C.num(sw["ttft_overhead_ms"], ".2f"), f"{(sw['client_core'] or 0):.0%}", f"{(sw['server_core'] or 0):.0%}",
-                C.num(sw["lag_p99_ms"], ".1f")]
-        if "vb" in r:
-            vb = r["vb"]
-            line += [C.num(vb["chunk_rate"], ".0f"), C.num(vb["true_tpot_rate"], ".1f"), C.num(vb["tpot_rate"], ".1f"),
-                     C.pct(vb["err"]), C.pct(vb["err_median"]), C.num(vb["ttft_overhead_ms"], ".2f"),
-                     f"{(vb['client_core'] or 0):.0%}", f"{(vb['server_core'] or 0):.0%}"]
-        body.append(line)
-    print(C.table(head, body))
+        print()
+        print("vllm bench serve (aiohttp), 1000/mean TPOT vs 1/mean(true TPOT); per-request median shown too")
+        print(C.table(
+            ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true 1/TPOT", "1/TPOT", "err", "median err",
+             "TTFT ovh ms", "CPU client/server", "core0/core1"],
+            [[r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(r["vb"]["chunk_rate"], ".0f"),
+              C.num(r["vb"]["true_tpot_rate"], ".1f"), C.num(r["vb"]["tpot_rate"], ".1f"), C.pct(r["vb"]["err"]),
+              C.pct(r["vb"]["err_median"]), C.num(r["vb"]["ttft_overhead_ms"], ".2f"), cpu(r["vb"]), cores(r["vb"])]
+             for r in rows if "vb" in r]))
     print()
     sw_cap, sw_why = capacity(rows, "sw", "err", a.threshold)
     print(f"specwatch client capacity:        {C.num(sw_cap, '.0f')} chunks/s  ({sw_why})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import time
@@ -117,18 +118,21 @@ def main() -> int:
     rows: list[dict] = []
     notes: list[str] = []
     namespace = f"fidelity-{time.time_ns()}"
-    with C.CoreSampler() as cpu, C.fake_vllm(server_args, core=server_core) as url:
+    with C.CoreSampler() as cpu, C.fake_vllm(server_args, core=server_core, sampler=cpu) as url:
+        cpu.watch("client", os.getpid())
         for i, c in enumerate(concurrency):
             def cell(c: int = c, i: int = i) -> C.SpecwatchCell:
                 return C.specwatch_cell(url, concurrency=c, requests=a.requests or max(16, 2 * c),
                                         prompt_class=a.prompt_class, prompt_tokens=a.prompt_tokens,
                                         max_tokens=a.max_tokens, warmup=2 if i == 0 else 0, tag=f"c{c}",
-                                        namespace=namespace)
+                                        namespace=f"{namespace}-{time.time_ns()}")  # fresh nonces on a retry
 
             got, quiet = C.quiet_run(f"cell c={c}", cell, a.quiet_wait_s)
             if quiet != "quiet":
                 notes.append(f"c={c}: {quiet}")
             util = cpu.utilisation(got.t_start, got.t_end)
+            util["client_proc"] = cpu.process_cpu("client", got.t_start, got.t_end)
+            util["server_proc"] = cpu.process_cpu("server", got.t_start, got.t_end)
             rows.append(analyse(c, got.cell, got.truth, got.lag_s, util))
         floors: dict[int, list[tuple[float, float]]] = {}
         for c in concurrency:
@@ -173,6 +177,7 @@ def analyse(c: int, cell: CellResult, tr: dict, lag: list[float], util: dict[int
         "lag_p99": lag_sorted[int(0.99 * (len(lag) - 1))] if lag else None,
         "lag_max": lag_sorted[-1] if lag else None,
         "cpu_client": util.get(C.CLIENT_CORE), "cpu_server": util.get(C.SERVER_CORE),
+        "proc_client": util.get("client_proc"), "proc_server": util.get("server_proc"),
     }
 
 
@@ -224,16 +229,22 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, floors: dict[int,
           " ".join(f"{p:.3f}" for p in r["w"].acceptance_per_position or []), "yes" if r["acc_exact"] else "NO"]
          for r in rows]))
     print()
-    print("Load and client health (cores busy over the cell; event-loop lag = 10 ms sleeper's overshoot)")
+    print("Load and client health: busy share of each core and CPU used by the client / server process over the")
+    print("cell (1 core = 100%); event-loop lag = how late a 10 ms sleeper in the client's loop wakes up")
+
+    def share(x: float | None) -> str:
+        return "-" if x is None else f"{x:.0%}"
+
     print(C.table(
-        ["c", "chunks/s", "client core", "server core", "loop lag p50 ms", "p99 ms", "max ms",
+        ["c", "chunks/s", "core0", "client proc", "core1", "server proc", "loop lag p50 ms", "p99 ms", "max ms",
          "agg tok/s (usage)", "agg tok/s (server ctr)", "cell gate"],
-        [[r["c"], C.num(r["chunks_s"], ".0f"), C.pct(r["cpu_client"], 0).lstrip("+"),
-          C.pct(r["cpu_server"], 0).lstrip("+"), C.num(r["lag_p50"] * 1e3 if r["lag_p50"] is not None else None, ".2f"),
+        [[r["c"], C.num(r["chunks_s"], ".0f"), share(r["cpu_client"]), share(r["proc_client"]),
+          share(r["cpu_server"]), share(r["proc_server"]),
+          C.num(r["lag_p50"] * 1e3 if r["lag_p50"] is not None else None, ".2f"),
           C.num(r["lag_p99"] * 1e3 if r["lag_p99"] is not None else None, ".2f"),
           C.num(r["lag_max"] * 1e3 if r["lag_max"] is not None else None, ".2f"),
           C.num(r["agg"], ".1f"), C.num(r["server_agg"], ".1f"),
-          "accepted" if not r["rejected"] else f"REJECTED: {r['rejected'][:60]}"] for r in rows]))
+          "accepted" if not r["rejected"] else f"REJECTED: {r['rejected'][:70]}"] for r in rows]))
     print()
     def within(x: float | None) -> bool:
         return x is not None and abs(x) <= a.target

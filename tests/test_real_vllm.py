@@ -29,7 +29,8 @@ def short_ab() -> ExperimentSpec:
         "arms": [
             {"name": "k3", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 3},
              "env": {"HF_TOKEN": "hf_not_a_real_token"}},
-            {"name": "k5", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 5}},
+            {"name": "k5", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 5},
+             "env": {"HF_TOKEN": "hf_not_a_real_token"}},  # the same env on both: only k differs
         ],
         "baseline": "k3",
         "design": {"blocks": 1, "probes": 2, "probe_tokens": 16},
@@ -89,7 +90,7 @@ def test_quality_report_and_cleanup(ab_run) -> None:
     env = rows(db, "select launch_env from arms where arm = 'k3'")[0][0]
     assert "hf_not_a_real_token" not in env and "***" in env
     report = (outcome.run_dir / "report.md").read_text()
-    assert "## Results" in report and "| k5 | 5 | 2 | code |" in report
+    assert "## Result" in report and "| k5 | 5 | 2 | code | 1 |" in report
     assert (outcome.run_dir / "results.json").exists()
     assert outcome.exit_code in (0, 3, 4)
     assert processes.live_pids() == [] and api_servers() == ""
