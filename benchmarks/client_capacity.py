@@ -46,8 +46,8 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--ttft-ms", type=float, default=20.0)
     ap.add_argument("--threshold", type=float, default=0.01)
     ap.add_argument("--skip-vllm", action="store_true", help="only the specwatch client")
-    ap.add_argument("--stop-after-both-fail", action="store_true", default=True,
-                    help="stop the ladder once both tools have drifted past the threshold")
+    ap.add_argument("--no-stop", dest="stop_after_both_fail", action="store_false",
+                    help="run every level (default: stop once both tools have drifted past the threshold)")
     ap.add_argument("--quiet-wait-s", type=float, default=900)
     return ap.parse_args()
 
@@ -190,10 +190,11 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[s
     print("specwatch client (tasks.bench, httpx), median decode tok/s vs the true median")
     print(C.table(
         ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true tok/s", "measured", "err", "TTFT ovh ms",
-         "CPU client/server", "core0/core1", "loop lag p99 ms"],
+         "CPU client/server", "core0/core1", "loop lag p99 ms", "cell gate"],
         [[r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(r["sw"]["chunk_rate"], ".0f"),
           C.num(r["sw"]["true"], ".1f"), C.num(r["sw"]["measured"], ".1f"), C.pct(r["sw"]["err"]),
-          C.num(r["sw"]["ttft_overhead_ms"], ".2f"), cpu(r["sw"]), cores(r["sw"]), C.num(r["sw"]["lag_p99_ms"], ".1f")]
+          C.num(r["sw"]["ttft_overhead_ms"], ".2f"), cpu(r["sw"]), cores(r["sw"]), C.num(r["sw"]["lag_p99_ms"], ".1f"),
+          "accepted" if not r["sw"]["rejected"] else "REJECTED: " + r["sw"]["rejected"][:90]]
          for r in rows]))
     if not a.skip_vllm:
         print()

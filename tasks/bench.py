@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import httpx
 from prefect import task
 
-from specwatch.metrics import MetricsSnapshot, parse_metrics, window
+from specwatch.metrics import MetricsSnapshot, parse_metrics, running_requests, window
 from specwatch.prompts import Prompt, build_prompt, repetition_ratio
 from specwatch.records import COALESCED_GAP_S, MAX_COALESCED_SHARE, CellResult, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
@@ -109,6 +109,11 @@ class Client:
         resp = await self.http.get("/metrics")
         resp.raise_for_status()
         return parse_metrics(resp.text)
+
+    async def running(self) -> float | None:
+        resp = await self.http.get("/metrics")
+        resp.raise_for_status()
+        return running_requests(resp.text)
 
     async def check_ready(self) -> None:
         try:
@@ -207,11 +212,11 @@ async def _max_running(client: Client, stop: asyncio.Event) -> int | None:
         except TimeoutError:
             pass
         try:
-            snap = await client.metrics()
+            running = await client.running()
         except httpx.HTTPError:
             continue
-        if snap.running is not None:
-            peaks.append(snap.running)
+        if running is not None:
+            peaks.append(running)
 
 
 def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_ratio: float) -> CellResult:

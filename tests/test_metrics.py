@@ -93,3 +93,13 @@ def test_cell_aggregates_ignore_failed_requests() -> None:
     assert cell.aggregate_tok_s == pytest.approx(99 / 4.0)
     assert cell.server_aggregate_tok_s == pytest.approx(99 / 4.0)
     assert cell.decode_tok_s_p10 == pytest.approx(8.0 + 0.2 * 8.0)  # linear interpolation over [8, 16, 32]
+
+
+def test_the_fast_gauge_reader_agrees_with_the_full_parse() -> None:
+    from specwatch.metrics import running_requests
+
+    text = exposition(10, 50, 30, [9], 100)
+    assert running_requests(text) == parse_metrics(text).running == 3.0
+    two = text + text.replace('engine="0"', 'engine="1"').replace("} 3.0", "} 2.0")
+    assert running_requests(two) == 5.0
+    assert running_requests("# nothing here\n") is None
