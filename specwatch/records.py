@@ -13,9 +13,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, computed_field
 
 
-# No real decode step is shorter than this; chunks closer together were buffered and
-# delivered in one burst (seen on vLLM's API server when steps take ~3 ms on a 2-core host).
-COALESCED_GAP_S = 0.0002
+# Chunks closer together than this arrived in the same read: one "arrival group". No real
+# decode step is this short.
+ARRIVAL_GAP_S = 0.001
+# A stream whose chunks came in fewer groups than this share of its chunks was buffered and
+# delivered in bursts (seen on vLLM's API server when steps take ~3 ms on a 2-core host).
+# Some servers send two events per step (pairs), so the share is well below one half.
+MIN_GROUP_SHARE = 0.25
 # A cell keeps its decode figures while at most this share of its streams arrived in bursts.
 MAX_COALESCED_SHARE = 0.25
 
@@ -117,7 +121,7 @@ class RequestSample(_Record):
     ttft_s: float | None = None
     e2e_s: float | None = None
     decode_s: float | None = None
-    chunk_gap_median_s: float | None = None
+    arrival_groups: int | None = None
     repetition_ratio: float | None = None
 
     @property
@@ -125,8 +129,9 @@ class RequestSample(_Record):
         """Tokens arrived in one burst: the server buffered the stream, so its timing says nothing."""
         return (
             self.status == "ok"
-            and self.chunk_gap_median_s is not None
-            and self.chunk_gap_median_s < COALESCED_GAP_S
+            and self.arrival_groups is not None
+            and self.chunks >= 4
+            and self.arrival_groups < max(2.0, MIN_GROUP_SHARE * self.chunks)
         )
 
     @computed_field

@@ -13,7 +13,6 @@ import asyncio
 import json
 import math
 import multiprocessing
-import statistics
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,7 +24,7 @@ from prefect import task
 
 from specwatch.metrics import MetricsSnapshot, parse_metrics, running_requests, window
 from specwatch.prompts import Prompt, build_prompt, repetition_ratio
-from specwatch.records import COALESCED_GAP_S, MAX_COALESCED_SHARE, CellResult, RequestSample
+from specwatch.records import ARRIVAL_GAP_S, MAX_COALESCED_SHARE, MIN_GROUP_SHARE, CellResult, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
 log = logging.getLogger("specwatch.bench")
@@ -155,7 +154,7 @@ class Client:
                 ttft_s=None if t_first is None else t_first - t0,
                 e2e_s=now - t0,
                 decode_s=None if t_first is None or t_last is None else t_last - t_first,
-                chunk_gap_median_s=statistics.median(gaps) if gaps else None,
+                arrival_groups=None if t_first is None else 1 + sum(g > ARRIVAL_GAP_S for g in gaps),
             )
 
         try:
@@ -229,7 +228,8 @@ def gate(cell: CellResult, max_prefix_cache_hit_rate: float, repetition_flag_rat
     if bursts > MAX_COALESCED_SHARE * len(cell.requests):
         reasons.append(
             f"{bursts} of {len(cell.requests)} streams arrived in one burst (median gap between chunks "
-            f"< {COALESCED_GAP_S * 1e3:.1f} ms; more than {MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
+            f"in fewer reads {ARRIVAL_GAP_S * 1e3:g} ms apart than {MIN_GROUP_SHARE:.0%} of their chunks; more than "
+            f"{MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
             "them, so per-stream decode rate is not measurable"
         )
     if cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:

@@ -146,8 +146,8 @@ def test_duration_mode_counts_only_requests_inside_the_window() -> None:
 
 def test_a_few_burst_streams_are_left_out_of_decode_figures_and_many_reject() -> None:
     def cell(bursts: int) -> CellResult:
-        reqs = [RequestSample(index=i, prompt_tokens=10, status="ok", completion_tokens=33, decode_s=1.0,
-                              chunk_gap_median_s=0.00001 if i < bursts else 0.03) for i in range(8)]
+        reqs = [RequestSample(index=i, prompt_tokens=10, status="ok", completion_tokens=33, decode_s=1.0, chunks=20,
+                              arrival_groups=2 if i < bursts else 20) for i in range(8)]
         reqs[0] = reqs[0].model_copy(update={"decode_s": 0.001}) if bursts else reqs[0]
         return CellResult(concurrency=1, prompt_class="code", prompt_tokens=10, max_tokens=33, wall_s=8.0,
                           window=SpecWindow(), requests=reqs)
@@ -156,3 +156,12 @@ def test_a_few_burst_streams_are_left_out_of_decode_figures_and_many_reject() ->
     assert not few.rejected and few.decode_tok_s_median == pytest.approx(32.0)  # the burst's 32000 tok/s is out
     many = gate(cell(3), 0.01, 0.5)
     assert many.rejected and "3 of 8 streams arrived in one burst" in many.reject_reason
+
+
+def test_two_events_per_step_is_not_a_burst() -> None:
+    # a server that sends two SSE events per engine step: half the gaps are ~0, every step still timed
+    paired = RequestSample(index=0, prompt_tokens=10, status="ok", completion_tokens=64, decode_s=1.0, chunks=100,
+                           arrival_groups=50)
+    burst = paired.model_copy(update={"arrival_groups": 3})
+    assert not paired.coalesced and paired.decode_tok_s == pytest.approx(63.0)
+    assert burst.coalesced and burst.decode_tok_s is None

@@ -107,7 +107,7 @@ CREATE TABLE requests (
     ttft_s            DOUBLE,
     e2e_s             DOUBLE,
     decode_s          DOUBLE,
-    chunk_gap_median_s DOUBLE,
+    arrival_groups    INTEGER,
     decode_tok_s      DOUBLE,
     repetition_ratio  DOUBLE
 );
