@@ -1,8 +1,9 @@
 """Imported before `specwatch bench` runs (see real_server.py): records what each cell sent and measured.
 
 For every measured request (not warm-ups) it appends one JSON line to $SPECWATCH_CAPTURE:
-{"c": concurrency, "index": i, "prompt": text} before the request starts (outside its timed span), and
-{"c": ..., "index": ..., "decode_tok_s": ..., "ttft_s": ..., "tokens": ...} after it ends. real_server.py
+{"c": concurrency, "index": i, "prompt": text} before the request starts (outside its timed span),
+{"c": ..., "index": ..., "decode_tok_s": ..., "ttft_s": ..., "tokens": ...} after it ends, and the raw
+/metrics text right before and after each cell ({"c": ..., "metrics_before"/"metrics_after": text}). real_server.py
 then gives `vllm bench serve` the very same prompts, so the two tools are compared on identical requests.
 Benchmark-only: nothing here changes how specwatch times or counts.
 """
@@ -22,12 +23,21 @@ _orig_run_cell = bench._run_cell
 _orig_stream = bench.Client.stream_completion
 
 
+async def _metrics_text(client) -> str:  # type: ignore[no-untyped-def]
+    resp = await client.http.get("/metrics")
+    return resp.text
+
+
 async def _run_cell(client, concurrency, *args, **kwargs):  # type: ignore[no-untyped-def]
+    # The server's own histograms (decode time, TTFT) over the cell, read outside the cell's window:
+    # before its prompts are built (no generation then) and after it returned.
+    _OUT.write(json.dumps({"c": concurrency, "metrics_before": await _metrics_text(client)}) + "\n")
     token = _CONCURRENCY.set(concurrency)
     try:
         return await _orig_run_cell(client, concurrency, *args, **kwargs)
     finally:
         _CONCURRENCY.reset(token)
+        _OUT.write(json.dumps({"c": concurrency, "metrics_after": await _metrics_text(client)}) + "\n")
 
 
 async def _stream_completion(self, index, prompt, max_tokens):  # type: ignore[no-untyped-def]
@@ -43,3 +53,23 @@ async def _stream_completion(self, index, prompt, max_tokens):  # type: ignore[n
 
 bench._run_cell = _run_cell
 bench.Client.stream_completion = _stream_completion
+
+
+# SPECWATCH_NAMESPACE pins the nonce namespace, so a second `specwatch bench` run sends byte-identical
+# prompts (only sensible with the server's prefix caching off, as real_server.py runs it).
+if os.environ.get("SPECWATCH_NAMESPACE"):
+    import dataclasses
+
+    _orig_benchmark = bench.benchmark
+
+    async def _benchmark(target, *args, **kwargs):  # type: ignore[no-untyped-def]
+        pinned = dataclasses.replace(target, namespace=os.environ["SPECWATCH_NAMESPACE"])
+        return await _orig_benchmark(pinned, *args, **kwargs)
+
+    bench.benchmark = _benchmark
+
+
+# SPECWATCH_GAUGE_PERIOD_S overrides how often the client polls /metrics for the running-requests gauge
+# while a cell runs (tasks.bench.GAUGE_PERIOD_S, 0.2 s): real_server.py --gauge-period-s shows its cost.
+if os.environ.get("SPECWATCH_GAUGE_PERIOD_S"):
+    bench.GAUGE_PERIOD_S = float(os.environ["SPECWATCH_GAUGE_PERIOD_S"])

@@ -129,6 +129,7 @@ def capacity(rows: list[dict], key: str, err_key: str, threshold: float) -> tupl
 
 def main() -> int:
     a = parse()
+    C.processes.install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so servers are still stopped
     levels = [(float(s), int(c)) for s, c in (lv.split(":") for lv in a.levels.split(","))]
     note = C.wait_until_quiet(a.quiet_wait_s)
     C.pin_self(C.CLIENT_CORE)

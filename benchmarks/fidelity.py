@@ -107,6 +107,7 @@ def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple
 
 def main() -> int:
     a = parse()
+    C.processes.install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so servers are still stopped
     concurrency = [int(c) for c in a.concurrency.split(",")]
     note = C.wait_until_quiet(a.quiet_wait_s)
     spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'

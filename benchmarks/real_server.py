@@ -51,6 +51,12 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--vllm-dataset", choices=("same", "random"), default="same",
                     help="same: specwatch's exact prompts (default); random: vllm's random-token dataset")
     ap.add_argument("--prefix-caching", action="store_true", help="leave vLLM's prefix caching on")
+    ap.add_argument("--order", default="sw,vb,vb,sw",
+                    help="tool runs in order on the one server (sw = specwatch bench, vb = vllm bench serve); "
+                         "ABBA by default so warm-up drift and order effects cancel in the means")
+    ap.add_argument("--gauge-period-s", type=float, default=None,
+                    help="override specwatch's /metrics gauge poll period during cells (default: its own 0.2 s); "
+                         "e.g. 1e6 to switch the poll off and see what it costs a CPU-bound server")
     ap.add_argument("--no-pin", action="store_true", help="let server and clients share both cores")
     ap.add_argument("--boot-timeout-s", type=float, default=300)
     ap.add_argument("--quiet-wait-s", type=float, default=900)
@@ -62,8 +68,8 @@ def metrics(url: str):  # type: ignore[no-untyped-def]
     return parse_metrics(httpx.get(f"{url}/metrics", timeout=30).text)
 
 
-def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None) -> dict:
-    out, capture = work / "specwatch.json", work / "specwatch_capture.jsonl"
+def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None, run: int, namespace: str) -> dict:
+    out, capture = work / f"specwatch{run}.json", work / f"specwatch{run}_capture.jsonl"
     capture.unlink(missing_ok=True)
     cli = ["bench", "--endpoint", url, "--model", "demo", "--concurrency", a.concurrency,
            "--prompt-class", a.prompt_class, "--prompt-tokens", str(a.prompt_tokens),
@@ -73,50 +79,102 @@ def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None)
             "from specwatch.cli import main; main()")
     argv = [sys.executable, "-c", boot, *cli]
     full = C.taskset(core, argv) if core is not None else argv
-    proc = subprocess.run(full, env=C.repo_env({"SPECWATCH_CAPTURE": str(capture)}), capture_output=True, text=True,
-                          timeout=1800, start_new_session=True)
+    extra_env = {"SPECWATCH_CAPTURE": str(capture), "SPECWATCH_NAMESPACE": namespace}
+    if a.gauge_period_s is not None:
+        extra_env["SPECWATCH_GAUGE_PERIOD_S"] = str(a.gauge_period_s)
+    env = C.repo_env(extra_env)
+    proc = subprocess.run(full, env=env, capture_output=True, text=True, timeout=1800, start_new_session=True)
     if proc.returncode not in (0, 4):
         raise RuntimeError(f"specwatch bench failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     lines = [json.loads(x) for x in capture.read_text().splitlines()]
     prompts: dict[int, dict[int, str]] = {}
     samples: dict[int, dict[int, dict]] = {}
+    texts: dict[int, dict[str, str]] = {}
     for x in lines:
-        (prompts if "prompt" in x else samples).setdefault(x["c"], {})[x["index"]] = x
+        if "metrics_before" in x or "metrics_after" in x:
+            texts.setdefault(x["c"], {}).update({k: v for k, v in x.items() if k != "c"})
+        else:
+            (prompts if "prompt" in x else samples).setdefault(x["c"], {})[x["index"]] = x
+    server = {c: server_view(t["metrics_before"], t["metrics_after"]) for c, t in texts.items()}
     shown = ["specwatch", *cli]
-    shown[shown.index("--json") + 1] = "specwatch.json"
+    shown[shown.index("--json") + 1] = f"specwatch{run}.json"
     shown[shown.index("--endpoint") + 1] = "$URL"
     return {"json": json.loads(out.read_text()), "argv": shown, "stdout": proc.stdout, "rc": proc.returncode,
-            "prompts": {c: [v[i]["prompt"] for i in sorted(v)] for c, v in prompts.items()}, "samples": samples}
+            "prompts": {c: [v[i]["prompt"] for i in sorted(v)] for c, v in prompts.items()}, "samples": samples,
+            "server": server}
 
 
 def run_vllm(url: str, a: argparse.Namespace, c: int, prompts: list[str] | None, work: Path,
-             core: int | None) -> dict:
+             core: int | None, run: int) -> dict:
     path = None
     if prompts is not None:
         path = work / f"prompts_c{c}.jsonl"
         path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
-    before = metrics(url)
+    before = httpx.get(f"{url}/metrics", timeout=30).text
+    # The server is warm (specwatch ran first, with its warm-up), so vllm's readiness request and warm-ups
+    # are skipped: its invocation window then holds only the measured requests, for the server-side view.
     run = C.vllm_bench_serve(url, "demo", a.model, concurrency=c, num_prompts=a.requests,
                              input_len=a.prompt_tokens, output_len=a.max_tokens, core=core,
-                             request_id_prefix=f"vb-c{c}-", dataset_path=path)
+                             request_id_prefix=f"vb{run}-c{c}-", dataset_path=path, num_warmups=0,
+                             extra=["--ready-check-timeout-sec", "0"])
+    after = httpx.get(f"{url}/metrics", timeout=30).text
     return {"result": run.result, "argv": run.argv, "stdout": run.stdout,
-            "invocation_window": window(before, metrics(url)), "per_request": C.vllm_per_request(run.result)}
+            "invocation_window": window(parse_metrics(before), parse_metrics(after)),
+            "server": server_view(before, after), "per_request": C.vllm_per_request(run.result)}
 
 
-def metrics_parse_ms(url: str) -> tuple[float, int]:
-    """How long specwatch's /metrics parse (run on the client's event loop) takes on this server's text."""
-    text = httpx.get(f"{url}/metrics", timeout=30).text
-    for _ in range(3):
-        parse_metrics(text)
-    n = 30
+def _hist(text: str) -> dict[str, float]:
+    """Sums of the histogram _sum/_count samples we read (over all label sets)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(HISTS):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            out[name] = out.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
+HISTS = tuple(f"vllm:{h}_{s}" for h in ("request_decode_time_seconds", "time_to_first_token_seconds",
+                                         "request_generation_tokens") for s in ("sum", "count"))
+
+
+def server_view(before: str, after: str) -> dict:
+    """vLLM's own per-request means over a window: decode time (first to last token), TTFT, tokens."""
+    b, a = _hist(before), _hist(after)
+    d = {k: a.get(k, 0.0) - b.get(k, 0.0) for k in a}
+
+    def mean(h: str) -> float | None:
+        n = d.get(f"vllm:{h}_count", 0.0)
+        return d.get(f"vllm:{h}_sum", 0.0) / n if n else None
+
+    dec, tok = mean("request_decode_time_seconds"), mean("request_generation_tokens")
+    return {"requests": d.get("vllm:request_decode_time_seconds_count"), "ttft_mean_s": mean("time_to_first_token_seconds"),
+            "decode_mean_s": dec, "tokens_mean": tok,
+            "tpot_rate": (tok - 1) / dec if dec and tok else None}
+
+
+def gauge_poll_cost(url: str) -> dict:
+    """What specwatch's running-requests gauge poll (GET /metrics every GAUGE_PERIOD_S while a cell runs)
+    costs: the request's latency (the server renders its whole /metrics text on its own CPU) and the
+    client-side extraction on the timing event loop."""
+    from specwatch.metrics import running_requests
+    from tasks.bench import GAUGE_PERIOD_S
+
+    lat = []
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for _ in range(10):
+            t0 = time.perf_counter()
+            text = http.get("/metrics").text
+            lat.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
-    for _ in range(n):
-        parse_metrics(text)
-    return (time.perf_counter() - t0) / n * 1e3, len(text.splitlines())
+    for _ in range(30):
+        running_requests(text)
+    return {"get_ms": statistics.median(lat) * 1e3, "lines": len(text.splitlines()),
+            "extract_ms": (time.perf_counter() - t0) / 30 * 1e3, "period_s": GAUGE_PERIOD_S}
 
 
 def main() -> int:
     a = parse()
+    C.processes.install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so servers are still stopped
     conc = [int(c) for c in a.concurrency.split(",")]
     note = C.wait_until_quiet(a.quiet_wait_s)
     server_core = None if a.no_pin else C.SERVER_CORE
@@ -136,19 +194,36 @@ def main() -> int:
         argv.append("--no-enable-prefix-caching")
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     env.pop("PYTHONPATH", None)
-    vb: dict[int, dict] = {}
+    order = a.order.split(",")
+    namespace = f"real-server-{time.time_ns()}"
+    runs: list[dict] = []  # {"tool": "specwatch"|"vllm", "run": n, ...}
     for attempt in (1, 2):
         t0 = time.monotonic()
         try:
             with C.server(argv, env, server_core, a.boot_timeout_s, work / f"server{attempt}.log", port) as url:
                 boot_s = time.monotonic() - t0
-                print(f"# server ready in {boot_s:.0f}s; running specwatch bench", flush=True)
-                sw = run_specwatch(url, a, work, client_core)
-                for c in conc:
-                    print(f"# vllm bench serve c={c}", flush=True)
-                    prompts = sw["prompts"].get(c) if a.vllm_dataset == "same" else None
-                    vb[c] = run_vllm(url, a, c, prompts, work, client_core)
-                parse_ms = metrics_parse_ms(url)
+                print(f"# server ready in {boot_s:.0f}s; order {a.order}", flush=True)
+                runs = []
+                prompts: dict[int, list[str]] | None = None
+                if order[0] != "sw":
+                    raise SystemExit("--order must start with sw: vllm bench serve replays specwatch's prompts")
+                for tool in order:
+                    n = sum(r["tool"] == tool for r in runs) + 1
+                    if tool == "sw":
+                        print(f"# specwatch bench run {n}", flush=True)
+                        sw = run_specwatch(url, a, work, client_core, n, namespace)
+                        if prompts is None:
+                            prompts = sw["prompts"]
+                        sw["same_prompts"] = sw["prompts"] == prompts
+                        runs.append({"tool": "sw", "run": n, **sw})
+                    else:
+                        per_c = {}
+                        for c in conc:
+                            print(f"# vllm bench serve run {n} c={c}", flush=True)
+                            same = prompts.get(c) if a.vllm_dataset == "same" and prompts else None
+                            per_c[c] = run_vllm(url, a, c, same, work, client_core, n)
+                        runs.append({"tool": "vb", "run": n, "per_c": per_c})
+                poll = gauge_poll_cost(url)
                 disturbed = C.busy_processes()
             break
         except RuntimeError as exc:
@@ -163,14 +238,47 @@ def main() -> int:
     # The server is stopped here (C.server's finally), whatever happened above.
     if disturbed:
         note += f"; WARNING: other processes appeared during the run: {disturbed[:2]}"
-    report(a, conc, sw, vb, note, boot_s, " ".join(argv[1:]).replace(str(port), "$PORT"), parse_ms)
+    report(a, conc, runs, note, boot_s, " ".join(argv[1:]).replace(str(port), "$PORT"), poll)
     tmp.cleanup()
     return 0
 
 
-def report(a, conc, sw, vb, note, boot_s, server_cmd, parse_ms) -> None:  # type: ignore[no-untyped-def]
-    cells = {c["concurrency"]: c for c in sw["json"]["cells"]}
+def _sw_rows(r: dict, c: int) -> dict | None:
+    cell = next((x for x in r["json"]["cells"] if x["concurrency"] == c), None)
+    if cell is None:
+        return None
+    smp = {i: x for i, x in r["samples"].get(c, {}).items() if x["status"] == "ok"}
+    tp = [1 / x["decode_tok_s"] for x in smp.values() if x["decode_tok_s"]]
+    return {"ok": f"{cell['requests_ok']}/{cell['requests_ok'] + cell['requests_failed']}",
+            "out": cell["aggregate_tok_s"], "dec": cell["decode_tok_s_median"],
+            "tpot": 1 / statistics.mean(tp) if tp else None,
+            "ttft": cell["ttft_s_median"] * 1e3 if cell["ttft_s_median"] else None,
+            "mal": cell["mean_acceptance_length"], "dar": cell["draft_acceptance_rate"],
+            "drafts": cell["num_drafts"], "acc": cell["num_accepted_tokens"],
+            "hit": (cell["prefix_cache_hit_rate"] or 0) * 100,
+            "per": {i: x["decode_tok_s"] for i, x in smp.items()}, "gate": cell["reject_reason"] or "accepted",
+            "ttft_mean": statistics.mean(x["ttft_s"] for x in smp.values()) * 1e3 if smp else None,
+            "server": r["server"].get(c, {})}
+
+
+def _vb_rows(r: dict, c: int) -> dict | None:
+    v = r["per_c"].get(c)
+    if v is None:
+        return None
+    res, w = v["result"], v["invocation_window"]
+    rate = res.get("spec_decode_acceptance_rate")
+    return {"ok": f"{res['completed']}/{res['completed'] + res['failed']}", "out": res["output_throughput"],
+            "dec": C.median([p["decode_tok_s"] for p in v["per_request"]]), "tpot": 1000 / res["mean_tpot_ms"],
+            "ttft": res["median_ttft_ms"], "mal": res.get("spec_decode_acceptance_length"),
+            "dar": rate / 100 if rate is not None else None, "drafts": res.get("spec_decode_num_drafts"),
+            "acc": res.get("spec_decode_accepted_tokens"), "hit": (w.prefix_cache_hit_rate or 0) * 100,
+            "per": {p["i"]: p["decode_tok_s"] for p in v["per_request"] if p["decode_tok_s"]}, "gate": "-",
+            "ttft_mean": res["mean_ttft_ms"], "server": v["server"]}
+
+
+def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: ignore[no-untyped-def]
     same = a.vllm_dataset == "same"
+    name = {"sw": "specwatch bench", "vb": "vllm bench serve"}
     print()
     print("=" * 118)
     print("REAL SERVER: specwatch bench vs vllm bench serve, same vllm-cpu 0.32.0 server (ngram k=%d)" % a.k)
@@ -179,76 +287,112 @@ def report(a, conc, sw, vb, note, boot_s, server_cmd, parse_ms) -> None:  # type
           f"{'server core 1, clients core 0' if not a.no_pin else 'unpinned'}; boot {boot_s:.0f}s; {note}")
     print(f"  matched: concurrency {a.concurrency}, {a.requests} requests per level, {a.max_tokens} output tokens "
           f"(ignore_eos), temperature 0, "
-          + (f"identical prompts ({a.prompt_class} class, {a.prompt_tokens} tokens, nonce-fronted: specwatch's own, "
-             "replayed to vllm bench serve in the same order)" if same else
+          + (f"identical prompts in every run ({a.prompt_class} class, {a.prompt_tokens} tokens, nonce-fronted; "
+             "specwatch's, replayed to vllm bench serve in the same order)" if same else
              f"specwatch {a.prompt_class} prompts vs vllm random-token prompts of {a.prompt_tokens} tokens"))
+    sw_same = [r.get("same_prompts") for r in runs if r["tool"] == "sw"]
+    sequence = " -> ".join("%s #%d" % (name[r["tool"]], r["run"]) for r in runs)
+    print(f"  run order on the one server: {sequence}; specwatch runs sent identical prompts: {all(sw_same)}"
+          + (f"; specwatch gauge poll period overridden to {a.gauge_period_s} s" if a.gauge_period_s else ""))
     print()
-    print("specwatch bench's own table (exit code %d):" % sw["rc"])
-    print("\n".join("  " + line for line in sw["stdout"].rstrip().splitlines()))
+    first_sw = next(r for r in runs if r["tool"] == "sw")
+    print(f"specwatch bench's own table, run 1 (exit code {first_sw['rc']}):")
+    print("\n".join("  " + line for line in first_sw["stdout"].rstrip().splitlines()))
     print()
-    head = ["c", "tool", "ok", "output tok/s", "decode p50", "1/mean TPOT", "TTFT p50 ms", "mean acc len",
+    head = ["c", "tool", "run", "ok", "output tok/s", "decode p50", "1/mean TPOT", "TTFT p50 ms", "mean acc len",
             "draft acc", "drafts", "accepted", "prefix hit"]
-    rows = []
+    rows, data = [], {}
     for c in conc:
-        s, v = cells.get(c), vb.get(c)
-        smp = [x for x in sw["samples"].get(c, {}).values() if x["status"] == "ok"]
-        if s:
-            tp = [1 / x["decode_tok_s"] for x in smp if x["decode_tok_s"]]
-            rows.append([c, "specwatch bench", f"{s['requests_ok']}/{s['requests_ok'] + s['requests_failed']}",
-                         C.num(s["aggregate_tok_s"], ".2f"), C.num(s["decode_tok_s_median"], ".2f"),
-                         C.num(1 / statistics.mean(tp) if tp else None, ".2f"),
-                         C.num(s["ttft_s_median"] * 1e3 if s["ttft_s_median"] else None, ".0f"),
-                         C.num(s["mean_acceptance_length"], ".3f"), C.num(s["draft_acceptance_rate"], ".3f"),
-                         C.num(s["num_drafts"], ".0f"), C.num(s["num_accepted_tokens"], ".0f"),
-                         C.num((s["prefix_cache_hit_rate"] or 0) * 100, ".2f") + "%"])
-        if v:
-            r, w = v["result"], v["invocation_window"]
-            rate = r.get("spec_decode_acceptance_rate")
-            rows.append([c, "vllm bench serve", f"{r['completed']}/{r['completed'] + r['failed']}",
-                         C.num(r["output_throughput"], ".2f"),
-                         C.num(C.median([p["decode_tok_s"] for p in v["per_request"]]), ".2f"),
-                         C.num(1000 / r["mean_tpot_ms"], ".2f"), C.num(r["median_ttft_ms"], ".0f"),
-                         C.num(r.get("spec_decode_acceptance_length"), ".3f"),
-                         C.num(rate / 100 if rate is not None else None, ".3f"),
-                         C.num(r.get("spec_decode_num_drafts"), ".0f"), C.num(r.get("spec_decode_accepted_tokens"), ".0f"),
-                         C.num((w.prefix_cache_hit_rate or 0) * 100, ".2f") + "%*"])
+        for r in runs:
+            d = _sw_rows(r, c) if r["tool"] == "sw" else _vb_rows(r, c)
+            if d is None:
+                continue
+            data.setdefault((c, r["tool"]), []).append(d)
+            rows.append([c, name[r["tool"]], r["run"], d["ok"], C.num(d["out"], ".2f"), C.num(d["dec"], ".2f"),
+                         C.num(d["tpot"], ".2f"), C.num(d["ttft"], ".0f"), C.num(d["mal"], ".3f"),
+                         C.num(d["dar"], ".3f"), C.num(d["drafts"], ".0f"), C.num(d["acc"], ".0f"),
+                         C.num(d["hit"], ".2f") + ("%*" if r["tool"] == "vb" else "%")])
     print(C.table(head, rows))
     print()
     print("  output tok/s: both tools = completion tokens of the measured requests / their wall time.")
-    print("  decode p50: median over requests of (n-1)/(t_last-t_first) (vllm: (n-1)/(latency-TTFT) from its per-request")
-    print("  detail); 1/mean TPOT: vllm bench serve's own TPOT statistic (the same formula for specwatch, from its samples).")
+    print("  decode p50: median over requests of (n-1)/(t_last-t_first) (vllm: (n-1)/(latency-TTFT) per request);")
+    print("  1/mean TPOT: vllm bench serve's TPOT statistic, computed the same way from specwatch's per-request samples.")
     print("  mean acc len = 1 + accepted/drafts over each tool's own /metrics window (vllm: its main run only).")
-    print("  * vllm: over its whole invocation incl. its readiness test request and warm-ups, which replay request 0.")
+    print("  * vllm: over its whole invocation incl. its readiness test request and warm-ups (they replay request 0).")
     print()
-    print("Per-request comparison (same prompt, same index; ratio specwatch / vllm bench serve):")
-    prow = []
+    print("Side by side (mean of each tool's runs; ratio = specwatch / vllm bench serve; spread = max/min - 1 of a")
+    print("tool's own runs, i.e. run-to-run noise on this server)")
+    srows = []
     for c in conc:
-        smp, v = sw["samples"].get(c, {}), vb.get(c)
-        if not v or not same:
+        sw, vb = data.get((c, "sw"), []), data.get((c, "vb"), [])
+        if not sw or not vb:
             continue
-        dec = [smp[p["i"]]["decode_tok_s"] / p["decode_tok_s"] for p in v["per_request"]
-               if p["i"] in smp and smp[p["i"]]["decode_tok_s"] and p["decode_tok_s"]]
-        ttft = [smp[p["i"]]["ttft_s"] / p["ttft_s"] for p in v["per_request"]
-                if p["i"] in smp and smp[p["i"]]["ttft_s"] and p["ttft_s"]]
-        s, r = cells[c], v["result"]
-        prow.append([c, len(dec), C.num(C.median(dec), ".4f"), C.num(min(dec, default=None), ".3f"),
-                     C.num(max(dec, default=None), ".3f"), C.num(C.median(ttft), ".4f"),
-                     C.num(s["aggregate_tok_s"] / r["output_throughput"], ".4f"),
-                     C.num((s["mean_acceptance_length"] or 0) - (r.get("spec_decode_acceptance_length") or 0), "+.3f")])
-    if prow:
-        print(C.table(["c", "pairs", "decode ratio p50", "min", "max", "TTFT ratio p50", "output tok/s ratio",
-                       "mean acc len diff"], prow))
+
+        def mean(ds: list[dict], k: str) -> float | None:
+            vals = [d[k] for d in ds if d[k] is not None]
+            return statistics.mean(vals) if vals else None
+
+        def spread(ds: list[dict], k: str) -> str:
+            vals = [d[k] for d in ds if d[k]]
+            return f"{max(vals) / min(vals) - 1:.1%}" if len(vals) > 1 else "-"
+
+        per_ratio = []
+        for i in sw[0]["per"]:
+            s_i = [d["per"][i] for d in sw if i in d["per"]]
+            v_i = [d["per"][i] for d in vb if i in d["per"]]
+            if s_i and v_i and same:
+                per_ratio.append(statistics.mean(s_i) / statistics.mean(v_i))
+        srows.append([c, C.num(mean(sw, "out"), ".2f"), C.num(mean(vb, "out"), ".2f"),
+                      C.num(C.rel(mean(sw, "out"), mean(vb, "out")), "+.2%"),
+                      f"{spread(sw, 'out')} / {spread(vb, 'out')}",
+                      C.num(C.rel(mean(sw, "dec"), mean(vb, "dec")), "+.2%"),
+                      C.num(C.rel(mean(sw, "tpot"), mean(vb, "tpot")), "+.2%"),
+                      C.num(C.median(per_ratio) - 1 if per_ratio else None, "+.2%"),
+                      C.num(C.rel(mean(sw, "ttft"), mean(vb, "ttft")), "+.2%"),
+                      C.num(mean(sw, "mal"), ".3f"), C.num(mean(vb, "mal"), ".3f")])
+    print(C.table(["c", "sw output tok/s", "vb output tok/s", "output ratio", "spread sw / vb", "decode p50 ratio",
+                   "1/mean TPOT ratio", "per-request decode ratio p50", "TTFT ratio", "sw mean acc len",
+                   "vb mean acc len"], srows))
     print()
-    print(f"  client-side note: this server's /metrics is {parse_ms[1]} lines; specwatch.metrics.parse_metrics takes "
-          f"{parse_ms[0]:.1f} ms on core 0, and the client runs it on its event loop every 0.2 s while a cell runs "
-          "(max-running gauge), so a chunk arriving meanwhile is stamped up to that late.")
+    print("Server's own view over each tool's window (vLLM histograms: request_decode_time = first to last token,")
+    print("time_to_first_token; server 1/mean TPOT = (mean tokens - 1) / mean decode time). A tool whose client")
+    print("figure matches the server's is measuring right; a server figure that moves between tools is the server")
+    print("really running at another speed while that tool drives it.")
+    vrows = []
+    for c in conc:
+        for r in runs:
+            d = _sw_rows(r, c) if r["tool"] == "sw" else _vb_rows(r, c)
+            if d is None:
+                continue
+            sv = d["server"]
+            vrows.append([c, name[r["tool"]], r["run"], C.num(sv.get("requests"), ".0f"),
+                          C.num(sv.get("tpot_rate"), ".2f"), C.num(d["tpot"], ".2f"),
+                          C.num(C.rel(d["tpot"], sv.get("tpot_rate")), "+.2%"),
+                          C.num(sv["ttft_mean_s"] * 1e3 if sv.get("ttft_mean_s") else None, ".1f"),
+                          C.num(d["ttft_mean"], ".1f"),
+                          C.num(d["ttft_mean"] - sv["ttft_mean_s"] * 1e3 if sv.get("ttft_mean_s") and d["ttft_mean"]
+                                else None, "+.1f")])
+    print(C.table(["c", "tool", "run", "server reqs", "server 1/mean TPOT", "client 1/mean TPOT", "client vs server",
+                   "server TTFT mean ms", "client TTFT mean ms", "client - server ms"], vrows))
     print()
-    print("commands:")
-    print("  " + " ".join(sw["argv"]))
-    for c, v in vb.items():
-        argv = v["argv"]
-        url = argv[argv.index("--base-url") + 1]
-        print("  " + " ".join(x if "/prompts_c" not in x else f"prompts_c{c}.jsonl" for x in argv).replace(url, "$URL"))
+    period = a.gauge_period_s or poll["period_s"]
+    print(f"  specwatch's gauge poll: while a cell runs the client GETs /metrics every {period:g} s; on this server one")
+    print(f"  GET takes {poll['get_ms']:.1f} ms ({poll['lines']} lines rendered by the API server, which shares core 1 with")
+    print(f"  the engine), and extracting the gauge takes {poll['extract_ms']:.2f} ms on the client's loop.")
+    print()
+    print("commands (one server; $URL its base URL):")
+    seen = set()
+    for r in runs:
+        if r["tool"] == "sw" and "sw" not in seen:
+            print("  SPECWATCH_NAMESPACE=<fixed> " + " ".join(r["argv"]) + "   # run with benchmarks/_capture_prompts.py imported")
+            seen.add("sw")
+        elif r["tool"] == "vb" and "vb" not in seen:
+            for c, v in r["per_c"].items():
+                argv = v["argv"]
+                url = argv[argv.index("--base-url") + 1]
+                print("  " + " ".join(x if "/prompts_c" not in x else f"prompts_c{c}.jsonl" for x in argv)
+                      .replace(url, "$URL"))
+            seen.add("vb")
     print("=" * 118)
 
 

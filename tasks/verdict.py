@@ -128,11 +128,13 @@ def correctness(result: RunResult, spec: ExperimentSpec) -> tuple[list[Divergenc
     probes = {a.name: blocks[0].probes for a in spec.arms
               if (blocks := _ok_blocks(result, a.name)) and blocks[0].probes}
     references = [spec.baseline] + [a.name for a in spec.arms if a.speculative is None and a.name != spec.baseline]
-    found, compared = [], 0
+    found, compared, seen = [], 0, set()
     for ref in references:
         for arm in spec.arms:
-            if arm.name == ref or arm.name not in probes or ref not in probes:
+            pair = frozenset((arm.name, ref))
+            if arm.name == ref or arm.name not in probes or ref not in probes or pair in seen:
                 continue
+            seen.add(pair)
             for i, (mine, theirs) in enumerate(zip(probes[arm.name], probes[ref])):
                 compared += 1
                 pos = first_divergence(mine, theirs)
@@ -180,8 +182,10 @@ def assess(result: RunResult, spec: ExperimentSpec) -> Assessment:
     rule = stats.VerdictRule(band=spec.thresholds.noise_band, tail_floor=spec.verdict.tail_floor,
                              require_gain=spec.verdict.require_gain)
     failures = [f"{d.arm} vs {d.reference}: probe {d.probe} differs from token {d.position}" for d in divergences]
+    # The no-spec control is reported beside the spec arms; being slower is its job, not a regression.
+    controls = control_arms(spec)
     verdict = stats.experiment_verdict(
-        cells, [c.arm for c in curves if c.tail_collapsed], failures,
+        [c for c in cells if c.arm not in controls], [c.arm for c in curves if c.tail_collapsed], failures,
         spec.verdict.concurrency or spec.workload.concurrency, rule,
     )
     cost, rows = cost_model(result, spec, curves)
@@ -189,17 +193,24 @@ def assess(result: RunResult, spec: ExperimentSpec) -> Assessment:
     return Assessment(cells, verdict, curves, divergences, compared, cost, rows, blocks)
 
 
+def control_arms(spec: ExperimentSpec) -> set[str]:
+    return {a.name for a in spec.arms if a.speculative is None and a.name != spec.baseline}
+
+
 def quality_records(assessment: Assessment, spec: ExperimentSpec) -> list[QualityRecord]:
-    """The decision as rows of `quality_results`, beside the GE checks."""
+    """The decision as rows of `quality_results`, beside the GE checks (controls: recorded, never failed)."""
     band = spec.thresholds.noise_band
+    controls = control_arms(spec)
     out = []
     for cv in assessment.cells:
         ci = cv.ci
         finite = ci is not None and math.isfinite(ci.high)
+        control = cv.arm in controls
         out.append(QualityRecord(
             arm=cv.arm, block=None, concurrency=cv.concurrency, prompt_class=cv.prompt_class,
-            check="regression.ci.decode_tok_s", metric=METRIC, value=ci.estimate if ci else None,
-            threshold=band, passed=cv.outcome != "regression", severity="regression",
+            check="control.ci.decode_tok_s" if control else "regression.ci.decode_tok_s", metric=METRIC,
+            value=ci.estimate if ci else None, threshold=band,
+            passed=control or cv.outcome != "regression", severity="regression",
             detail=f"{cv.outcome}: " + (f"{ci.estimate:+.1%} [{ci.low:+.1%}, {ci.high:+.1%}] over {ci.n_pairs} block "
                                         f"pair(s)" if finite else "too few block pairs for an interval"),
         ))

@@ -100,3 +100,23 @@ def test_report_regenerates_from_duckdb_alone(tmp_path: Path) -> None:
     assert "**PROMOTE**" in report and "predicted best k" in report
     assert (tmp_path / "out" / "acceptance_per_position.png").stat().st_size > 10_000
     assert (tmp_path / "out" / "decode_vs_concurrency.png").stat().st_size > 10_000
+
+
+def test_the_no_spec_control_is_reported_beside_not_judged() -> None:
+    with_control = ExperimentSpec.model_validate({
+        **spec().model_dump(mode="json"),
+        "arms": [*spec().model_dump(mode="json")["arms"], {"name": "nospec", "image": "cpu"}],
+    })
+    result = blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0])
+    for block in (1, 2, 3):  # speculation off: half the speed, same greedy output as k3
+        control = rf.arm("nospec", 3, 2.0, [80.0, 60.0, 40.0]).model_copy(
+            update={"name": "nospec", "k": None, "method": None, "block": block, "probes": [[1, 2, 3]]})
+        control.cells = [c.model_copy(update={"window": c.window.model_copy(update={
+            "num_drafts": None, "accepted_per_position": None, "num_accepted_tokens": None})}) for c in control.cells]
+        result.arms.append(control)
+    a = assess(result, with_control)
+    assert a.verdict.decision == "PROMOTE"  # the control's -50% is not a regression of the candidate
+    assert {c.outcome for c in a.cells if c.arm == "nospec"} == {"regression"}
+    records = quality_records(a, with_control)
+    assert all(q.passed for q in records if q.arm == "nospec")
+    assert a.compared_probes == 3  # k5-k3, nospec-k3, k5-nospec: each pair once, not k3-nospec again
