@@ -136,7 +136,7 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
         f"- design: {design.blocks} block(s) per arm{f' (adaptive up to {design.max_blocks})' if design.adaptive else ''}"
-        f", counterbalanced order {' '.join(f'{a.name}{a.block}' for a in result.arms)}; varies "
+        f", counterbalanced order {' '.join(f'{a.name}#{a.block}' for a in result.arms)}; varies "
         f"{design.varies or 'inferred'}; {design.probes} greedy probe(s) of {design.probe_tokens} tokens per arm",
     ]
     return lines
@@ -202,7 +202,8 @@ def _conclusion(result: RunResult, assessment: Assessment) -> list[str]:
     failed = [q for q in result.quality if not q.passed]
     lines.append(f"- quality checks: {checked - len(failed)} of {checked} passed; greedy probes compared: "
                  f"{assessment.compared_probes}, diverging: {len(assessment.divergences)}")
-    lines += [f"  - **{q.severity}** `{q.check}` {q.arm} c={q.concurrency} {q.prompt_class}: {q.detail}"
+    lines += [f"  - **{q.severity}** `{q.check}` {q.arm}"
+              + (f" c={q.concurrency} {q.prompt_class}" if q.concurrency is not None else "") + f": {q.detail}"
               for q in failed]
     return lines
 
@@ -225,8 +226,14 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
             if c.rejected:
                 notes.append(f"- `{a.name}` block {a.block} c={c.concurrency} {c.prompt_class} rejected: "
                              f"{c.reject_reason}")
-    flagged = sorted({(a.name, f) for a in result.arms for c in a.cells for f in c.flags})
-    notes += [f"- `{arm}`: {flag}" for arm, flag in flagged]
+    for arm in spec.arms:
+        if arm.speculative is None:
+            continue  # repetition only matters where it can inflate acceptance
+        cells = [c for a in result.arms if a.name == arm.name for c in a.cells]
+        ratios = [c.repetition_ratio_median for c in cells if c.flags and c.repetition_ratio_median is not None]
+        if ratios:
+            notes.append(f"- `{arm.name}`: acceptance may be inflated by repetition in {len(ratios)} of {len(cells)} "
+                         f"cell(s) (median repetition ratio {min(ratios):.2f}-{max(ratios):.2f})")
     return ["## Limitations", *(notes or ["- none recorded"])]
 
 
