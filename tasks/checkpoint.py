@@ -263,11 +263,6 @@ def arm_constraint_violations(facts: CheckpointFacts, method: str | None, k: int
 
 # --------------------------------------------------------------------------- Prefect edge
 
-@task(name="check_checkpoint")
-def check_checkpoint_task(path: Path) -> CheckpointFacts:
-    return check_checkpoint(path)
-
-
 @task(name="prepare_checkpoint")
 def prepare_checkpoint_task(model: ModelSpec, python: Path | None = None) -> CheckpointFacts:
     """Generate the model when the spec asks for one, then read its facts."""
