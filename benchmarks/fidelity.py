@@ -1,6 +1,6 @@
 """Fidelity: does the specwatch client measure what the server really did?
 
-Against `specwatch.fake_vllm` (known step time, multi-token chunks from a known acceptance
+Against `specwatch_testing.fake_vllm` (known step time, multi-token chunks from a known acceptance
 process, server-side truth at GET /truth), at several concurrencies, print measured vs true:
 
 - decode tok/s per stream: median over requests of (completion_tokens - 1) / (t_last - t_first),

@@ -295,7 +295,7 @@ def expected(vi: int, night: int, nights: int, cells: list[tuple[int, str]], pla
 
 def expected_columns() -> dict[str, set[str]]:
     """The columns tasks.ingest.frames writes, from a records_factory run with a quality row."""
-    from tests import records_factory as rf
+    from specwatch_testing import records as rf
 
     result = rf.run()
     result.arms[0].probes = [[1, 2, 3]]

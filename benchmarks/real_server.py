@@ -34,7 +34,7 @@ import _common as C  # noqa: E402
 
 import httpx  # noqa: E402
 
-from specwatch.metrics import parse_metrics, window  # noqa: E402
+from specwatch.bench.metrics import parse_metrics, window  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -156,7 +156,7 @@ def gauge_poll_cost(url: str) -> dict:
     """What specwatch's running-requests gauge poll (GET /metrics every GAUGE_PERIOD_S while a cell runs)
     costs: the request's latency (the server renders its whole /metrics text on its own CPU) and the
     client-side extraction on the timing event loop."""
-    from specwatch.metrics import running_requests
+    from specwatch.bench.metrics import running_requests
     from tasks.bench import GAUGE_PERIOD_S
 
     lat = []

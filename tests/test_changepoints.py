@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from specwatch.changepoints import change_points, trend
+from specwatch.analysis.changepoints import change_points, trend
 
 
 def test_a_shift_is_found_where_it_happened() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import tasks.checkpoint as ck
+import specwatch.engine.checkpoint as ck
 from specwatch.spec import GeneratedModel
 
 

@@ -9,10 +9,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specwatch.cli import app
-from tasks.ingest import write_raw
-from tests import records_factory as rf
-from tests.fakeserver import run_fake_vllm
+from cli.app import app
+from specwatch.store.rundir import write_raw
+from specwatch_testing import records as rf
+from specwatch_testing.server import run_fake_vllm
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
 runner = CliRunner()

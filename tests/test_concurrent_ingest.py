@@ -10,8 +10,8 @@ import duckdb
 
 
 def _ingest_many(path: str, prefix: str, n: int) -> None:
-    from tasks.ingest import ingest
-    from tests import records_factory as rf
+    from specwatch.store.ingest import ingest
+    from specwatch_testing import records as rf
 
     for i in range(n):
         ingest(rf.run(run_id=f"{prefix}-{i:02d}"), Path(path))

@@ -13,9 +13,9 @@ import duckdb
 import httpx
 import pytest
 
-from specwatch.serve import Stack, apply_deployments, start_server, start_worker
-from tasks.arm import free_port
-from tests.fakeserver import run_fake_vllm
+from cli.serve import Stack, apply_deployments, start_server, start_worker
+from specwatch.engine.launchers import free_port
+from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 ARTIFACTS = Path(os.environ.get("SPECWATCH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))

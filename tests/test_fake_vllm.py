@@ -13,8 +13,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tasks.arm import free_port
-from tests.fakeserver import fake_vllm_env, run_fake_vllm
+from specwatch.engine.launchers import free_port
+from specwatch_testing.server import fake_vllm_argv, run_fake_vllm
 
 MODEL = "fake/m"
 K = 3
@@ -135,16 +135,16 @@ def test_plain_server_switches(plain_server: str) -> None:
 
 
 def test_refuse_k_exits_fast() -> None:
-    cmd = [sys.executable, "-m", "specwatch.fake_vllm", "--port", str(free_port()),
-           "--spec-config", json.dumps({"method": "ngram", "num_speculative_tokens": 7}), "--refuse-k", "7,8"]
+    cmd = fake_vllm_argv(free_port(), ["--spec-config", json.dumps({"method": "ngram", "num_speculative_tokens": 7}),
+                                       "--refuse-k", "7,8"])
     t = time.monotonic()
-    proc = subprocess.run(cmd, env=fake_vllm_env(), capture_output=True, text=True, timeout=10)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 1 and time.monotonic() - t < 5
     assert "ValueError: num_speculative_tokens=7 is not supported" in proc.stderr
 
 
 def test_boot_delay_health_503_then_200() -> None:
-    with run_fake_vllm(["--boot-delay-s", "0.6"], wait_healthy=False) as url:
+    with run_fake_vllm(["--boot-delay-s", "0.6"], wait_healthy_s=None) as url:
         codes = []
         for _ in range(200):
             try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specwatch.spec import ExperimentSpec
-from tests.fakeserver import run_fake_vllm
-from tests.records_factory import query as q
+from specwatch_testing.server import run_fake_vllm
+from specwatch_testing.records import query as q
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 

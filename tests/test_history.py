@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from specwatch.cli import app
-from tasks.ingest import ingest
-from tests import records_factory as rf
+from cli.app import app
+from specwatch.store.ingest import ingest
+from specwatch_testing import records as rf
 
 
 def test_history_lists_series_with_the_planted_change_point(tmp_path: Path) -> None:

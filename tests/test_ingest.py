@@ -3,9 +3,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from specwatch import db
-from tasks.ingest import ingest, read_raw, write_raw
-from tests import records_factory as rf
+from specwatch.store import db
+from specwatch.store.ingest import ingest
+from specwatch.store.rundir import read_raw, write_raw
+from specwatch_testing import records as rf
 
 
 def counts(path: Path) -> dict[str, int]:
@@ -78,7 +79,7 @@ def test_read_raw_names_the_missing_file(tmp_path: Path) -> None:
 
 def test_a_run_rebuilt_from_duckdb_equals_the_one_ingested(tmp_path: Path) -> None:
     from specwatch.records import QualityRecord
-    from tasks.ingest import load
+    from specwatch.store.ingest import load
 
     result = rf.run()
     result.arms[0].probes = [[1, 2, 3], [4, 5]]

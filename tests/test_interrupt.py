@@ -13,20 +13,21 @@ from pathlib import Path
 import httpx
 import pytest
 
-from specwatch.metrics import parse_metrics
+from specwatch.bench.metrics import running_requests
 
-from tests.fakeserver import REPO, fake_vllm_env
+from specwatch_testing.server import REPO
 
 # A launch of a command-launcher arm whose cells take a while, in a process of its own.
 SCRIPT = """
 import sys
 from pathlib import Path
-from specwatch import processes
+from specwatch.engine import processes
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
-from tasks.arm import LaunchContext, run_arm
+from specwatch.engine.arm import run_arm
+from specwatch.engine.launchers import LaunchContext
 processes.install_signal_handlers()
-cmd = "{python} -m specwatch.fake_vllm --port {port} --served-model-name {served_name} --spec-config {spec_config} --step-ms 40"
+cmd = "{python} -m specwatch_testing.fake_vllm --port {port} --served-model-name {served_name} --spec-config {spec_config} --step-ms 40"
 spec = ExperimentSpec.model_validate({
     "name": "t", "model": {"generate": {}, "served_name": "demo"}, "images": [{"name": "i", "version": "0"}],
     "arms": [{"name": "a", "image": "i", "launcher": "command", "command": cmd,
@@ -41,7 +42,7 @@ run_arm(spec.arms[0], spec, image, ctx, None, "ns")
 
 
 def fake_servers() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "specwatch.fake_vllm"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", "specwatch_testing.fake_vllm"], capture_output=True, text=True).stdout
     return [int(p) for p in out.split()]
 
 
@@ -53,8 +54,7 @@ def wait_for_a_request_in_flight(log: Path, proc: subprocess.Popen, timeout: flo
         port = re.search(r"Starting vLLM API server on http://127.0.0.1:(\d+)", log.read_text() if log.exists() else "")
         if port:
             try:
-                snap = parse_metrics(httpx.get(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=2).text)
-                if snap.running:
+                if running_requests(httpx.get(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=2).text):
                     return
             except httpx.HTTPError:
                 pass
@@ -64,7 +64,7 @@ def wait_for_a_request_in_flight(log: Path, proc: subprocess.Popen, timeout: flo
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_mid_cell_stops_the_server(tmp_path: Path, sig: int) -> None:
     before = set(fake_servers())
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO, env=fake_vllm_env(),
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_a_request_in_flight(tmp_path / "arm" / "server.log", proc)

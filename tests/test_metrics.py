@@ -1,6 +1,6 @@
 import pytest
 
-from specwatch.metrics import parse_metrics, window
+from specwatch.bench.metrics import parse_metrics, running_requests, window
 from specwatch.records import CellResult, RequestSample, SpecWindow
 
 
@@ -36,12 +36,13 @@ def exposition(drafts: float, draft_tokens: float, accepted: float, per_pos: lis
 
 
 def test_parse_reads_counters_positions_and_gauge_but_not_created() -> None:
-    snap = parse_metrics(exposition(10, 50, 30, [9, 8, 6, 4, 3], 400))
+    text = exposition(10, 50, 30, [9, 8, 6, 4, 3], 400)
+    snap = parse_metrics(text)
     assert snap.totals["num_drafts"] == 10
     assert snap.totals["num_accepted_tokens"] == 30
     assert snap.per_position == {0: 9, 1: 8, 2: 6, 3: 4, 4: 3}
     assert snap.positions == 5
-    assert snap.running == 3.0
+    assert running_requests(text) == 3.0
     # `_created` holds a Unix timestamp; reading it as a counter would give ~1.7e9.
     assert max(snap.totals.values()) < 1e6
 
@@ -96,10 +97,12 @@ def test_cell_aggregates_ignore_failed_requests() -> None:
 
 
 def test_the_fast_gauge_reader_agrees_with_the_full_parse() -> None:
-    from specwatch.metrics import running_requests
+    from prometheus_client.parser import text_string_to_metric_families
 
     text = exposition(10, 50, 30, [9], 100)
-    assert running_requests(text) == parse_metrics(text).running == 3.0
+    parsed = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                 if s.name == "vllm:num_requests_running")
+    assert running_requests(text) == parsed == 3.0
     two = text + text.replace('engine="0"', 'engine="1"').replace("} 3.0", "} 2.0")
     assert running_requests(two) == 5.0
     assert running_requests("# nothing here\n") is None

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import prefect_env
+from flows import prefect_env
 
 
 def test_fresh_machine_gets_a_prefect_home_with_its_parents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

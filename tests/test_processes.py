@@ -4,7 +4,7 @@ import sys
 import time
 from pathlib import Path
 
-from specwatch import processes
+from specwatch.engine import processes
 
 # A parent that forks a child into its own process group, as vLLM forks engine workers.
 TREE = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); " \

@@ -9,10 +9,11 @@ from typing import Any
 import duckdb
 import pytest
 
-from specwatch.db import connect
-from specwatch.records import QualityRecord
+from specwatch.store.db import connect
+from specwatch.records import CellKey, QualityRecord
 from specwatch.spec import Thresholds
-from tasks.quality import SANITY_BOUNDS, check_quality, quality_records
+from specwatch.store.checks import SANITY_BOUNDS, run_checks
+from tasks.quality import check_quality
 
 RUN = "run-1"
 TH = Thresholds(noise_band=0.05, max_prefix_cache_hit_rate=0.01)
@@ -44,6 +45,10 @@ def add_arm(con: duckdb.DuckDBPyConnection, arm: str, k: int | None, block: int 
     )
 
 
+def cell_id(concurrency: int, prompt_class: str) -> str:
+    return CellKey(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128).id
+
+
 def add_cell(
     con: duckdb.DuckDBPyConnection,
     arm: str,
@@ -63,23 +68,24 @@ def add_cell(
     rate = draft_rate if draft_rate is not None else (sum(positions) / len(positions) if positions else None)
     con.execute(
         """
-        INSERT INTO cells (run_id, arm, block, concurrency, prompt_class, requests_ok, requests_failed,
-                           decode_tok_s_median, mean_acceptance_length, draft_acceptance_rate,
-                           prefix_cache_hit_rate, rejected, reject_reason)
-        VALUES ($r, $a, $b, $c, $p, 8, $f, $d, $mal, $rate, $prefix, $rej, $why)
+        INSERT INTO cells (run_id, arm, block, cell, load_mode, concurrency, prompt_class, prompt_tokens,
+                           requests_ok, requests_failed, decode_tok_s_median, mean_acceptance_length,
+                           draft_acceptance_rate, prefix_cache_hit_rate, rejected, reject_reason)
+        VALUES ($r, $a, $b, $cell, 'closed', $c, $p, 128, 8, $f, $d, $mal, $rate, $prefix, $rej, $why)
         """,
         {
-            "r": RUN, "a": arm, "b": block, "c": concurrency, "p": prompt_class, "f": failed, "d": decode,
+            "r": RUN, "a": arm, "b": block, "cell": cell_id(concurrency, prompt_class), "c": concurrency,
+            "p": prompt_class, "f": failed, "d": decode,
             "mal": mal, "rate": rate, "prefix": prefix, "rej": rejected, "why": "planted" if rejected else None,
         },
     )
     for i, acc in enumerate(positions or []):
         con.execute(
             """
-            INSERT INTO spec_positions (run_id, arm, block, concurrency, prompt_class, position, accepted, acceptance)
-            VALUES ($r, $a, $b, $c, $p, $i, $acc * 100, $acc)
+            INSERT INTO spec_positions (run_id, arm, block, cell, position, accepted, acceptance)
+            VALUES ($r, $a, $b, $cell, $i, $acc * 100, $acc)
             """,
-            {"r": RUN, "a": arm, "b": block, "c": concurrency, "p": prompt_class, "i": i, "acc": acc},
+            {"r": RUN, "a": arm, "b": block, "cell": cell_id(concurrency, prompt_class), "i": i, "acc": acc},
         )
 
 
@@ -108,7 +114,7 @@ def test_clean_run_records_every_check_and_all_pass(con: duckdb.DuckDBPyConnecti
     add_grid(con, "base", 3, K3)
     add_grid(con, "cand", 3, [0.79, 0.66, 0.49], {(1, "code"): {"decode": 44.0}, (4, "prose"): {"decode": 46.5}})
 
-    records = quality_records(con, RUN, "base", TH)
+    records = run_checks(con, RUN, "base", TH)
 
     sanity = [r for r in records if r.severity == "invalid"]
     regression = [r for r in records if r.severity == "regression"]
@@ -127,7 +133,7 @@ def test_decode_regression_flagged_with_cell_and_delta(con: duckdb.DuckDBPyConne
     add_grid(con, "base", 3, K3)
     add_grid(con, "cand", 3, K3, {(4, "code"): {"decode": 36.0}})
 
-    bad = failures(quality_records(con, RUN, "base", TH))
+    bad = failures(run_checks(con, RUN, "base", TH))
 
     assert len(bad) == 1
     r = bad[0]
@@ -144,8 +150,8 @@ def test_band_is_a_runtime_parameter(con: duckdb.DuckDBPyConnection) -> None:
 
     wide = Thresholds(noise_band=0.25, max_prefix_cache_hit_rate=0.01)
 
-    assert failures(quality_records(con, RUN, "base", wide)) == []
-    assert len(failures(quality_records(con, RUN, "base", TH))) == 1
+    assert failures(run_checks(con, RUN, "base", wide)) == []
+    assert len(failures(run_checks(con, RUN, "base", TH))) == 1
 
 
 def test_acceptance_regression_only_between_same_k(con: duckdb.DuckDBPyConnection) -> None:
@@ -156,7 +162,7 @@ def test_acceptance_regression_only_between_same_k(con: duckdb.DuckDBPyConnectio
     add_grid(con, "k5", 5, [0.6, 0.45, 0.3, 0.2, 0.1])
     add_grid(con, "nospec", None, None)
 
-    records = quality_records(con, RUN, "base", TH)
+    records = run_checks(con, RUN, "base", TH)
     bad = failures(records)
 
     assert len(bad) == 1
@@ -189,7 +195,7 @@ def test_sanity_violations_flagged_invalid(con: duckdb.DuckDBPyConnection) -> No
         },
     )
 
-    records = quality_records(con, RUN, "base", TH)
+    records = run_checks(con, RUN, "base", TH)
     bad = failures(records)
 
     got = {(r.concurrency, r.prompt_class, r.check, r.metric) for r in bad}
@@ -211,7 +217,7 @@ def test_sanity_violations_flagged_invalid(con: duckdb.DuckDBPyConnection) -> No
 def test_prefix_limit_is_strict_and_out_of_range_positions_fail(con: duckdb.DuckDBPyConnection) -> None:
     add_grid(con, "base", 3, K3, {(1, "code"): {"prefix": 0.01}, (4, "code"): {"positions": [1.1, 1.0, 0.9]}})
 
-    got = {(r.concurrency, r.prompt_class, r.metric) for r in failures(quality_records(con, RUN, "base", TH))}
+    got = {(r.concurrency, r.prompt_class, r.metric) for r in failures(run_checks(con, RUN, "base", TH))}
 
     assert got == {(1, "code", "prefix_cache_hit_rate"), (4, "code", "acceptance_pos_max")}
 
@@ -221,7 +227,7 @@ def test_rejected_cells_sanity_checked_but_not_compared(con: duckdb.DuckDBPyConn
     # a rejected candidate cell with a huge "regression" and an impossible counter
     add_grid(con, "cand", 3, K3, {(1, "code"): {"rejected": True, "decode": 10.0, "failed": 3}})
 
-    records = quality_records(con, RUN, "base", TH)
+    records = run_checks(con, RUN, "base", TH)
 
     regressed_cells = {(r.concurrency, r.prompt_class) for r in records if r.severity == "regression"}
     assert regressed_cells == {(1, "prose"), (4, "code")}
@@ -236,11 +242,11 @@ def test_rejected_cells_sanity_checked_but_not_compared(con: duckdb.DuckDBPyConn
 def test_no_comparable_arms_gives_sanity_only_and_unknown_run_gives_nothing(con: duckdb.DuckDBPyConnection) -> None:
     add_grid(con, "base", 3, K3)
 
-    records = quality_records(con, RUN, "base", TH)
+    records = run_checks(con, RUN, "base", TH)
 
     assert len(records) == 4 * SANITY_PER_CELL
     assert all(r.severity == "invalid" and r.passed for r in records)
-    assert quality_records(con, "no-such-run", "base", TH) == []
+    assert run_checks(con, "no-such-run", "base", TH) == []
 
 
 def test_prefect_task_opens_the_file(con: duckdb.DuckDBPyConnection, db_path: Path) -> None:

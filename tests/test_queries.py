@@ -28,11 +28,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specwatch import db
-from specwatch import queries as q
+from specwatch.store import db
+from specwatch.store import queries as q
 from specwatch.records import QualityRecord
-from tasks.ingest import ingest
-from tests import records_factory as rf
+from specwatch.store.ingest import ingest
+from specwatch_testing import records as rf
 
 K3_POS = [80.0, 60.0, 40.0]  # MAL 2.8
 K3_POS_NEW = [90.0, 70.0, 50.0]  # MAL 3.1

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from specwatch import processes
+from specwatch.engine import processes
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
 from tests.conftest import DEMO_IMAGE
-from tests.records_factory import query as rows
+from specwatch_testing.records import query as rows
 
 pytestmark = pytest.mark.real
 
@@ -97,8 +97,8 @@ def test_quality_report_and_cleanup(ab_run) -> None:
 
 
 def test_image_and_model_are_reused(vllm_image: ImageRef, demo_model: Path) -> None:
-    from tasks.checkpoint import ensure_generated_model
-    from tasks.image import backend_for
+    from specwatch.engine.checkpoint import ensure_generated_model
+    from specwatch.engine.images import backend_for
     from specwatch.spec import GeneratedModel
 
     again = backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)

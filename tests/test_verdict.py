@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from specwatch.cli import app
+from cli.app import app
 from specwatch.records import RunResult
 from specwatch.spec import ExperimentSpec
-from tasks.ingest import ingest
-from tasks.verdict import assess, first_divergence, quality_records
-from tests import records_factory as rf
+from specwatch.store.ingest import ingest
+from specwatch.analysis.verdict import assess, decision_records, first_divergence
+from specwatch_testing import records as rf
 
 NGRAM = {"method": "ngram", "prompt_lookup_max": 4}
 
@@ -55,7 +55,7 @@ def test_a_collapsed_tail_reverts_even_when_faster() -> None:
     a = assess(blocks_run(1.2, [85.0, 60.0, 40.0, 20.0, 10.0]), spec())
     assert a.verdict.decision == "REVERT"
     assert any("tail collapse: k5" in r for r in a.verdict.reasons)
-    failed = [q for q in quality_records(a, spec()) if not q.passed]
+    failed = [q for q in decision_records(a, spec()) if not q.passed]
     assert [q.check for q in failed] == ["acceptance.tail_floor"]
 
 
@@ -76,7 +76,7 @@ def test_noise_within_the_band_is_inconclusive_with_three_blocks() -> None:
 def test_a_regression_reverts_and_is_a_failed_quality_record() -> None:
     a = assess(blocks_run(0.7, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
     assert a.verdict.decision == "REVERT"
-    flagged = [q for q in quality_records(a, spec()) if q.check == "regression.ci.decode_tok_s" and not q.passed]
+    flagged = [q for q in decision_records(a, spec()) if q.check == "regression.ci.decode_tok_s" and not q.passed]
     assert len(flagged) == 4 and all(-0.35 < q.value < -0.25 for q in flagged)
 
 
@@ -117,6 +117,6 @@ def test_the_no_spec_control_is_reported_beside_not_judged() -> None:
     a = assess(result, with_control)
     assert a.verdict.decision == "PROMOTE"  # the control's -50% is not a regression of the candidate
     assert {c.outcome for c in a.cells if c.arm == "nospec"} == {"regression"}
-    records = quality_records(a, with_control)
+    records = decision_records(a, with_control)
     assert all(q.passed for q in records if q.arm == "nospec")
     assert a.compared_probes == 3  # k5-k3, nospec-k3, k5-nospec: each pair once, not k3-nospec again

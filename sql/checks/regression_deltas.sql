@@ -1,10 +1,10 @@
--- Long format: one row per (candidate arm, block, concurrency, prompt_class, metric) next to
+-- Long format: one row per (candidate arm, block, cell, metric) next to
 -- the baseline arm's matching cell, so one expectation on delta_pct judges every comparison.
 -- Rejected cells are left out on both sides: a rejected cell is not a measurement.
 -- Acceptance metrics are compared only between arms with the same k: mean acceptance length
 -- is bounded by k + 1 and position i does not exist below k = i + 1.
 WITH cell AS (
-    SELECT c.arm, c.block, c.concurrency, c.prompt_class, a.k,
+    SELECT c.arm, c.block, c.cell, c.concurrency, c.prompt_class, a.k,
            c.decode_tok_s_median, c.mean_acceptance_length
     FROM cells c
     JOIN arms a USING (run_id, arm, block)
@@ -12,46 +12,44 @@ WITH cell AS (
 ),
 pair AS (
     SELECT
-        cand.arm, cand.block, cand.concurrency, cand.prompt_class,
+        cand.arm, cand.block, cand.cell, cand.concurrency, cand.prompt_class,
         coalesce(cand.k = base.k, false)  AS same_k,  -- no speculation on either side: nothing to compare
         cand.decode_tok_s_median          AS cand_decode,
         base.decode_tok_s_median          AS base_decode,
         cand.mean_acceptance_length       AS cand_mal,
         base.mean_acceptance_length       AS base_mal
     FROM cell cand
-    JOIN cell base USING (block, concurrency, prompt_class)
+    JOIN cell base USING (block, cell)
     WHERE base.arm = $baseline_arm AND cand.arm <> $baseline_arm
 ),
 metric AS (
-    SELECT arm, block, concurrency, prompt_class,
+    SELECT arm, block, cell, concurrency, prompt_class,
            'regression.decode_tok_s' AS check_name, 'decode_tok_s_median' AS metric,
            NULL::INTEGER AS position, cand_decode AS value, base_decode AS baseline_value
     FROM pair
     UNION ALL
-    SELECT arm, block, concurrency, prompt_class,
+    SELECT arm, block, cell, concurrency, prompt_class,
            'regression.acceptance_length', 'mean_acceptance_length',
            NULL::INTEGER, cand_mal, base_mal
     FROM pair
     WHERE same_k
     UNION ALL
-    SELECT p.arm, p.block, p.concurrency, p.prompt_class,
+    SELECT p.arm, p.block, p.cell, p.concurrency, p.prompt_class,
            'regression.acceptance_position', 'acceptance_pos_' || sc.position,
            sc.position, sc.acceptance, sb.acceptance
     FROM pair p
     JOIN spec_positions sc
-      ON sc.run_id = $run_id AND sc.arm = p.arm AND sc.block = p.block
-     AND sc.concurrency = p.concurrency AND sc.prompt_class = p.prompt_class
+      ON sc.run_id = $run_id AND sc.arm = p.arm AND sc.block = p.block AND sc.cell = p.cell
     JOIN spec_positions sb
-      ON sb.run_id = $run_id AND sb.arm = $baseline_arm AND sb.block = p.block
-     AND sb.concurrency = p.concurrency AND sb.prompt_class = p.prompt_class
+      ON sb.run_id = $run_id AND sb.arm = $baseline_arm AND sb.block = p.block AND sb.cell = p.cell
      AND sb.position = sc.position
     WHERE p.same_k
 )
 SELECT
     (row_number() OVER (
-        ORDER BY arm, block, concurrency, prompt_class, check_name, position NULLS FIRST
+        ORDER BY arm, block, concurrency, prompt_class, cell, check_name, position NULLS FIRST
     ) - 1)::BIGINT AS row_id,
-    arm, block, concurrency, prompt_class, check_name, metric, position,
+    arm, block, cell, concurrency, prompt_class, check_name, metric, position,
     value, baseline_value,
     value / baseline_value - 1 AS delta_pct
 FROM metric

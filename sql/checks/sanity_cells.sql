@@ -3,16 +3,16 @@
 -- row_id lets Great Expectations name the failing cells (unexpected_index_column_names).
 WITH pos AS (
     SELECT
-        arm, block, concurrency, prompt_class, position, acceptance,
+        arm, block, cell, position, acceptance,
         acceptance - lag(acceptance) OVER (
-            PARTITION BY arm, block, concurrency, prompt_class ORDER BY position
+            PARTITION BY arm, block, cell ORDER BY position
         ) AS rise
     FROM spec_positions
     WHERE run_id = $run_id
 ),
 pos_cell AS (
     SELECT
-        arm, block, concurrency, prompt_class,
+        arm, block, cell,
         min(acceptance)          AS acceptance_pos_min,
         max(acceptance)          AS acceptance_pos_max,
         -- acceptance at position i+1 can never exceed position i (a draft token is only
@@ -20,12 +20,13 @@ pos_cell AS (
         max(rise)                AS acceptance_pos_max_rise,
         arg_max(position, rise)  AS acceptance_pos_rise_at
     FROM pos
-    GROUP BY arm, block, concurrency, prompt_class
+    GROUP BY arm, block, cell
 )
 SELECT
-    (row_number() OVER (ORDER BY c.arm, c.block, c.concurrency, c.prompt_class) - 1)::BIGINT AS row_id,
+    (row_number() OVER (ORDER BY c.arm, c.block, c.concurrency, c.prompt_class, c.cell) - 1)::BIGINT AS row_id,
     c.arm,
     c.block,
+    c.cell,
     c.concurrency,
     c.prompt_class,
     c.rejected,
@@ -37,6 +38,6 @@ SELECT
     c.requests_failed::DOUBLE AS requests_failed,
     c.prefix_cache_hit_rate
 FROM cells c
-LEFT JOIN pos_cell p USING (arm, block, concurrency, prompt_class)
+LEFT JOIN pos_cell p USING (arm, block, cell)
 WHERE c.run_id = $run_id
 ORDER BY row_id;

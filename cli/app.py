@@ -1,0 +1,392 @@
+"""`specwatch`: run, validate, ingest and query. Exit codes are part of the contract:
+0 clean, 1 could not run, 3 regression flagged, 4 an arm failed or cells were rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from flows import prefect_env
+from specwatch import paths
+from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec, load_spec
+
+if TYPE_CHECKING:
+    from specwatch.report.rows import VerdictRow
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
+# Piped output (CI logs, `tee`) would otherwise be cut to 80 columns and the verdict table squeezed.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
+
+DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default $SPECWATCH_HOME/specwatch.duckdb)")]
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+@app.callback()
+def _setup() -> None:
+    # Every command may import prefect (tasks/, flows/): its settings must be in place first.
+    prefect_env.configure()
+
+
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _load(file: Path) -> ExperimentSpec:
+    try:
+        return load_spec(file)
+    except SpecError as exc:
+        err.print(f"[red]{exc.source} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
+        for line in exc.problems:
+            err.print(f"  {line}", highlight=False, markup=False)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def validate(file: Annotated[Path, typer.Argument(help="experiment YAML")]) -> None:
+    """Check an experiment file and print its plan; exit 1 with one line per problem."""
+    from specwatch.plan import plan
+
+    spec = _load(file)
+    p = plan(spec)
+    table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {p.blocks} block(s) per arm)")
+    for col in ("arm", "image", "launcher", "method", "k", "cells", "requests"):
+        table.add_column(col)
+    for a in p.arms:
+        table.add_row(a.arm, a.image, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
+    out.print(table)
+    out.print(f"launch order: {' '.join(f'{arm}#{block}' for arm, block in p.order)}"
+              + (f" (then up to {spec.design.max_blocks} blocks per arm while cells are inconclusive)"
+                 if spec.design.adaptive else ""), highlight=False)
+    out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
+              f"(excluding first-time image builds, ~2 min each)")
+
+
+@app.command()
+def run(
+    file: Annotated[Path, typer.Argument(help="experiment YAML")],
+    db: DbOption = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write a machine-readable run summary")] = None,
+) -> None:
+    """Run an A/B experiment: build images, launch each arm, benchmark, store, check, report."""
+    spec = _load(file)
+    from flows.ab import ab  # imports prefect: only after its environment is set
+
+    try:
+        outcome = ab(spec, db=str(db) if db else None, experiment_file=str(file.resolve()))
+    except KeyboardInterrupt:
+        raise _fail("interrupted; servers stopped, partial results kept in the run dir", 130) from None
+    except Exception as exc:  # the flow records what it measured before anything can get here
+        if os.environ.get("SPECWATCH_DEBUG"):
+            raise
+        raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
+    if outcome.error:
+        raise _fail(outcome.error, outcome.exit_code)
+    out.print(_verdict_table(f"run {outcome.run_id}: {outcome.headline}", outcome.rows))
+    for reason in outcome.reasons:
+        out.print(f"  {reason}", highlight=False, markup=False)
+    out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
+    if json_path:
+        json_path.write_text(outcome.model_dump_json(indent=1))
+    raise typer.Exit(outcome.exit_code)
+
+
+def _verdict_table(title: str, rows: list[VerdictRow]) -> Table:
+    table = Table(title=title)
+    for col in ("arm", "k", "c", "class", "blocks", "decode tok/s", "Δ vs base", "CI %", "TTFT ms", "mean acc len",
+                "verdict"):  # per-position curves and the cost model are in the report
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class, str(r.blocks),
+                      _num(r.decode_tok_s, ".1f"), _num(r.delta_pct, "+.1f", "%"), r.ci_pct,
+                      _num(r.ttft_s and r.ttft_s * 1e3, ".0f"), _num(r.mean_acceptance_length, ".2f"), r.verdict)
+    return table
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(help="a run id (`specwatch sql \"select run_id from runs\"`)")],
+    db: DbOption = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="where to write (default: the run dir)")] = None,
+) -> None:
+    """Regenerate a run's report and plots from DuckDB alone."""
+    from specwatch.report.markdown import write_report
+    from specwatch.report.rows import headline, verdict_rows
+    from specwatch.spec import stored_spec
+    from specwatch.store import db as database
+    from specwatch.store.ingest import load
+
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; pass --db")
+    con = database.connect(path, read_only=True)
+    try:
+        result = load(con, run_id)
+    except LookupError as exc:
+        raise _fail(str(exc)) from None
+    finally:
+        con.close()
+    report_path, assessment = write_report(result, out_dir or paths.runs_dir() / run_id)
+    out.print(_verdict_table(f"run {run_id}: {headline(result, assessment)}",
+                             verdict_rows(result, stored_spec(result.experiment), assessment)))
+    out.print(f"report: {report_path}")
+
+
+def _duration(text: str | None) -> float | None:
+    """`30s`, `2m`, `90` (seconds)."""
+    if text is None:
+        return None
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1] in units else float(text)
+    except ValueError:
+        raise _fail(f"--duration {text!r} is not a duration; write e.g. 30s, 2m or 45") from None
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+_BENCH_OPTIONS = {
+    "prompt_classes": "--prompt-class", "prompt_tokens": "--prompt-tokens", "max_tokens": "--max-tokens",
+    "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
+    "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
+    "temperature": "--temperature", "seed": "--seed",
+}
+
+
+def _bench_inputs(**fields: object) -> tuple[WorkloadSpec, SamplingSpec]:
+    from pydantic import ValidationError
+
+    sampling_keys = {"temperature"}
+    try:
+        workload = WorkloadSpec.model_validate({k: v for k, v in fields.items() if k not in sampling_keys})
+        sampling = SamplingSpec.model_validate({k: v for k, v in fields.items() if k in sampling_keys})
+    except ValidationError as exc:
+        for e in exc.errors(include_url=False):
+            option = _BENCH_OPTIONS.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "options"
+            err.print(f"{option}: {e['msg'].removeprefix('Value error, ')} (got {e['input']!r})", markup=False)
+        raise typer.Exit(1) from None
+    return workload, sampling
+
+
+@app.command()
+def bench(
+    endpoint: Annotated[str, typer.Option(help="base URL of a running OpenAI-compatible server with /metrics")],
+    model: Annotated[str, typer.Option(help="served model name")],
+    concurrency: Annotated[str, typer.Option(help="comma-separated levels")] = "1,4,8,16",
+    prompt_class: Annotated[str, typer.Option(help="comma-separated: code, json, prose")] = "code,json,prose",
+    prompt_tokens: Annotated[int, typer.Option(help="prompt length, calibrated with /tokenize")] = 256,
+    max_tokens: Annotated[int, typer.Option(help="output length (min_tokens == max_tokens, ignore_eos)")] = 128,
+    requests: Annotated[int, typer.Option(help="requests per cell (the prompt pool in --duration mode)")] = 16,
+    duration: Annotated[str | None, typer.Option(help="closed loop per cell, e.g. 30s; replaces --requests")] = None,
+    warmup: Annotated[int, typer.Option(help="discarded warm-up requests")] = 2,
+    seed: Annotated[int, typer.Option(help="prompt content seed (nonces are always fresh)")] = 0,
+    temperature: Annotated[float, typer.Option(help="sampling temperature (0 = greedy)")] = 0.0,
+    connect_timeout: Annotated[float, typer.Option(help="seconds")] = 10.0,
+    read_timeout: Annotated[float, typer.Option(help="seconds without a byte before a request is a client timeout")]
+    = 300.0,
+    max_prefix_cache_hit_rate: Annotated[float, typer.Option(help="reject cells at or above this hit rate")] = 0.01,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+) -> None:
+    """Benchmark a server that is already running; exit 0 all cells accepted, 4 any rejected, 1 error."""
+    import asyncio
+    import secrets
+    from datetime import UTC, datetime
+
+    from rich.progress import Progress
+
+    from specwatch.bench.client import BenchError, BenchTarget
+    from specwatch.bench.document import bench_document
+    from specwatch.bench.gates import Gates
+    from specwatch.bench.runner import InProcess, prepare
+
+    try:
+        levels = [int(c) for c in _csv(concurrency)]
+    except ValueError:
+        raise _fail(f"--concurrency {concurrency!r}: write whole numbers separated by commas, e.g. 1,4,8") from None
+    workload, sampling = _bench_inputs(
+        concurrency=levels, prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+        requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
+        connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,
+    )
+    target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
+    started = datetime.now(UTC)
+    total = len(workload.concurrency) * len(workload.prompt_classes)
+    gates = Gates(max_prefix_cache_hit_rate, workload.repetition_flag_ratio)
+    with Progress(console=err, transient=True) as progress:
+        bar = progress.add_task("cells", total=total)
+        try:
+            asyncio.run(prepare(target, workload, sampling))
+            cells = InProcess(on_cell=lambda _: progress.advance(bar)).measure(target, workload, sampling, gates)
+        except BenchError as exc:
+            raise _fail(str(exc)) from None
+    table = Table(title=f"{endpoint} {model}")
+    for col in ("c", "class", "ok/failed", "decode tok/s p50", "TTFT ms p50", "aggregate tok/s", "server tok/s",
+                "mean acc len", "prefix hit", "max running", "status"):
+        table.add_column(col, no_wrap=True)
+    for c in cells:
+        table.add_row(str(c.concurrency), c.prompt_class, f"{c.requests_ok}/{c.requests_failed}",
+                      _num(c.decode_tok_s_median, ".1f"), _num(c.ttft_s_median and c.ttft_s_median * 1e3, ".0f"),
+                      _num(c.aggregate_tok_s, ".1f"), _num(c.server_aggregate_tok_s, ".1f"),
+                      _num(c.window.mean_acceptance_length, ".2f"), _num(c.window.prefix_cache_hit_rate, ".1%"),
+                      str(c.max_running_observed), f"rejected: {c.reject_reason}" if c.rejected else
+                      ("; ".join(c.flags) or "ok"))
+    out.print(table)
+    if json_path:
+        doc = bench_document(endpoint, model, started, datetime.now(UTC), workload, sampling, gates, cells)
+        json_path.write_text(json.dumps(doc, indent=1))
+    raise typer.Exit(4 if any(c.rejected for c in cells) else 0)
+
+
+@app.command()
+def ingest(run_dir: Annotated[Path, typer.Argument(help="SPECWATCH_HOME/runs/<run_id>")], db: DbOption = None) -> None:
+    """Load a run dir's results.json into DuckDB (idempotent: re-ingesting replaces the run's rows)."""
+    from specwatch.store.ingest import ingest as ingest_run
+    from specwatch.store.rundir import read_raw
+
+    try:
+        result = read_raw(run_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    counts = ingest_run(result, db or paths.default_db())
+    out.print(f"ingested run {result.run_id}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+
+
+@app.command()
+def sql(
+    query: Annotated[str | None, typer.Argument(help="SQL to run against the history (or --name)")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="a named query from sql/queries (--list shows them)")]
+    = None,
+    param: Annotated[list[str] | None, typer.Option("--param", help="NAME=VALUE for --name; repeatable")] = None,
+    list_queries: Annotated[bool, typer.Option("--list", help="list the named queries and their parameters")] = False,
+    db: DbOption = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+) -> None:
+    """Query the history: `specwatch sql "select * from cell_results"` or `specwatch sql --name k-vs-k ...`."""
+    import duckdb
+
+    from specwatch.store import db as database
+    from specwatch.store import queries
+
+    if list_queries:
+        out.print(queries.catalogue(), markup=False, highlight=False)
+        return
+    if (query is None) == (name is None):
+        raise _fail("pass SQL or --name NAME, not both or neither (`specwatch sql --list` shows the named queries)")
+    if param and name is None:
+        raise _fail("--param goes with --name (named queries)")
+    if fmt not in ("table", "csv", "json"):
+        raise _fail(f"--format {fmt!r} is not one of table, csv, json")
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    if name is not None:
+        try:
+            params = queries.parse_param_args(param)
+            queries.resolve(name, params)  # name and parameter errors before the file is opened
+            con = queries.connect(path)
+            try:
+                frame = queries.run_named(con, name, params)
+            finally:
+                con.close()
+        except queries.QueryError as exc:
+            raise _fail(str(exc)) from None
+    else:
+        con = database.connect(path, read_only=True)
+        try:
+            frame = database.query_df(con, query)
+        except duckdb.Error as exc:
+            raise _fail(f"query failed: {exc}") from None
+        finally:
+            con.close()
+    if fmt == "csv":
+        frame.to_csv(sys.stdout, index=False)
+    elif fmt == "json":
+        out.print_json(frame.to_json(orient="records", date_format="iso"))
+    else:
+        frame = frame.astype(object).where(frame.notna(), None)
+        table = Table()
+        for col in frame.columns:
+            table.add_column(str(col))
+        for row in frame.itertuples(index=False):
+            table.add_row(*("" if v is None else str(v) for v in row))
+        out.print(table)
+        out.print(f"{len(frame)} row(s)")
+
+
+@app.command()
+def history(
+    series: Annotated[str, typer.Option("--series", help="a series key or its prefix (default: all)")] = "",
+    db: DbOption = None,
+    plots: Annotated[Path | None, typer.Option("--plots", help="write a PNG per series into this folder")] = None,
+) -> None:
+    """List each series: its latest value, trend and change points (ruptures + Welch t-test, p < 0.001)."""
+    from specwatch.store import history as hist
+    from specwatch.store import queries
+
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    con = queries.connect(path)
+    try:
+        frame = hist.points(con, series)
+    finally:
+        con.close()
+    if frame.empty:
+        raise _fail(f"no series {'starting with ' + repr(series) if series else 'in the history yet'}")
+    table = Table(title=f"{path}: series")
+    for col in ("series", "what", "runs", "latest", "decode tok/s", "mean acc len", "trend/run", "change points"):
+        table.add_column(col)
+    for s in hist.summarize(frame):
+        changes = [f"{stamp} decode {cp.change:+.1%}" for stamp, cp in s.decode_changes]
+        changes += [f"{stamp} acceptance {cp.change:+.1%}" for stamp, cp in s.acceptance_changes]
+        table.add_row(s.key[:12], s.label, str(s.points), s.latest_version, f"{s.latest_decode_tok_s:.1f}",
+                      _num(s.latest_mean_acceptance_length, ".2f"), _num(s.decode_trend, "+.2%"),
+                      "\n".join(changes) or "-")
+        if plots:
+            hist.plot(frame, s, plots)
+    out.print(table)
+    if plots:
+        out.print(f"plots: {plots}")
+
+
+@app.command("serve")
+def serve_command(
+    port: Annotated[int, typer.Option(help="Prefect server port on 127.0.0.1")] = 4200,
+) -> None:
+    """Start a Prefect server (SQLite under SPECWATCH_HOME), apply the deployments, start a worker."""
+    import time
+
+    from cli.serve import ServeError, serve
+
+    try:
+        stack = serve(port)
+    except ServeError as exc:
+        raise _fail(str(exc)) from None
+    with stack:
+        out.print(f"Prefect UI: {stack.api_url.removesuffix('/api')}  (API {stack.api_url})\n"
+                  f"deployments applied from deployments/prefect.yaml; worker on pool specwatch-process\n"
+                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\nCtrl-C stops everything.")
+        try:
+            while all(p.poll() is None for p in stack.procs):
+                time.sleep(1)
+            err.print("a Prefect process exited; stopping the stack (logs under SPECWATCH_HOME/logs)")
+        except KeyboardInterrupt:
+            pass
+
+
+def main() -> None:
+    app()

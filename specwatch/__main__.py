@@ -1,3 +1,0 @@
-from specwatch.cli import main
-
-main()

@@ -1,0 +1,159 @@
+"""One httpx.AsyncClient per benchmark: every call specwatch makes to an endpoint goes through here.
+
+Per request it times TTFT and decode from the stream but counts tokens from `usage`
+(under speculation one SSE chunk carries several tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from specwatch.bench.metrics import MetricsSnapshot, parse_metrics, running_requests
+from specwatch.bench.prompts import Prompt
+from specwatch.bench.protocols import RequestProtocol, protocol_for
+from specwatch.records import ARRIVAL_GAP_S, RequestSample
+from specwatch.spec import SamplingSpec, WorkloadSpec
+
+Output = list[int] | str  # token ids when the server sends them, else text
+
+
+class BenchError(Exception):
+    """The endpoint cannot be benchmarked at all (down, not OpenAI-compatible)."""
+
+
+@dataclass(frozen=True)
+class BenchTarget:
+    base_url: str
+    model: str
+    # Makes nonces unique to this invocation (run, arm, block); content stays seeded.
+    namespace: str
+
+
+def _timeout(workload: WorkloadSpec) -> httpx.Timeout:
+    return httpx.Timeout(
+        connect=workload.connect_timeout_s, read=workload.read_timeout_s, write=30.0, pool=workload.read_timeout_s
+    )
+
+
+class Client:
+    def __init__(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec) -> None:
+        self.target = target
+        self.workload = workload
+        self.sampling = sampling
+        self.protocol: RequestProtocol = protocol_for(workload.protocol)
+        limit = max(workload.concurrency) + 4
+        self.http = httpx.AsyncClient(
+            base_url=target.base_url,
+            timeout=_timeout(workload),
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.http.aclose()
+
+    async def tokenize(self, text: str) -> int:
+        return len(await self.token_ids(text))
+
+    async def token_ids(self, text: str) -> list[int]:
+        resp = await self.http.post("/tokenize", json={"model": self.target.model, "prompt": text})
+        resp.raise_for_status()
+        body = resp.json()
+        return body.get("tokens") or [0] * int(body["count"])
+
+    async def metrics(self) -> MetricsSnapshot:
+        resp = await self.http.get("/metrics")
+        resp.raise_for_status()
+        return parse_metrics(resp.text)
+
+    async def running(self) -> float | None:
+        resp = await self.http.get("/metrics")
+        resp.raise_for_status()
+        return running_requests(resp.text)
+
+    async def check_ready(self) -> None:
+        try:
+            resp = await self.http.get("/v1/models")
+            resp.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise BenchError(f"endpoint {self.target.base_url} is not answering /v1/models: {exc!r}") from None
+        served = [m.get("id") for m in resp.json().get("data", [])]
+        if self.target.model not in served:
+            raise BenchError(f"model {self.target.model!r} is not served at {self.target.base_url}; it serves {served}")
+
+    async def stream(self, index: int, prompt: Prompt, max_tokens: int) -> tuple[RequestSample, Output]:
+        """One streamed request; returns its sample and output.
+
+        Never raises for request failures: they are samples with a status.
+        """
+        body = self.protocol.body(self.target.model, prompt, max_tokens, self.sampling)
+        t0 = time.perf_counter()
+        t_first: float | None = None
+        t_last: float | None = None
+        chunks = 0
+        usage: dict[str, Any] | None = None
+        parts: list[str] = []
+        ids: list[int] = []
+        gaps: list[float] = []
+
+        def sample(status: str, error: str | None = None) -> RequestSample:
+            now = time.perf_counter()
+            return RequestSample.model_validate(dict(
+                index=index,
+                prompt_tokens=prompt.tokens,
+                status=status,
+                error=error,
+                completion_tokens=(usage or {}).get("completion_tokens"),
+                chunks=chunks,
+                started_s=t0,
+                ttft_s=None if t_first is None else t_first - t0,
+                e2e_s=now - t0,
+                decode_s=None if t_first is None or t_last is None else t_last - t_first,
+                arrival_groups=None if t_first is None else 1 + sum(g > ARRIVAL_GAP_S for g in gaps),
+            ))
+
+        try:
+            async with self.http.stream("POST", self.protocol.path, json=body) as resp:
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode(errors="replace")[:200]
+                    return sample("error", f"HTTP {resp.status_code}: {text}"), ""
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices") or []:
+                        text, token_ids = self.protocol.delta(choice)
+                        if text or token_ids:
+                            now = time.perf_counter()
+                            if t_last is not None:
+                                gaps.append(now - t_last)
+                            t_last = now
+                            t_first = t_first or now
+                            chunks += 1
+                            parts.append(text)
+                            ids.extend(token_ids)
+        except httpx.ReadTimeout:
+            return sample("timeout", f"client read timeout: no bytes for {self.workload.read_timeout_s}s "
+                                     "(read_timeout_s); a client limit, not a server measurement"), ""
+        except httpx.ConnectTimeout:
+            return sample("timeout", f"client connect timeout after {self.workload.connect_timeout_s}s"), ""
+        except (httpx.HTTPError, json.JSONDecodeError) as exc:
+            return sample("error", f"{type(exc).__name__}: {exc}"[:200]), ""
+        if usage is None:
+            return sample("error", "stream carried no usage; the server must honour stream_options.include_usage"), ""
+        if usage.get("completion_tokens") != max_tokens:
+            return sample("error", f"completion_tokens {usage.get('completion_tokens')} != max_tokens {max_tokens} "
+                                   "(server ignored ignore_eos/min_tokens)"), ""
+        return sample("ok"), ids or "".join(parts)

@@ -1,0 +1,48 @@
+"""Gates: the checks that make a measured cell trustworthy, or reject it with its reason."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.records import ARRIVAL_GAP_S, MAX_COALESCED_SHARE, MIN_GROUP_SHARE, CellResult
+from specwatch.spec import ExperimentSpec
+
+
+@dataclass(frozen=True)
+class Gates:
+    max_prefix_cache_hit_rate: float = 0.01
+    repetition_flag_ratio: float = 0.5
+
+    @classmethod
+    def of(cls, spec: ExperimentSpec) -> Gates:
+        return cls(spec.thresholds.max_prefix_cache_hit_rate, spec.workload.repetition_flag_ratio)
+
+
+def gate(cell: CellResult, gates: Gates) -> CellResult:
+    """Reject cells whose numbers cannot be trusted; flag the suspicious ones. Pure, so testable."""
+    reasons = []
+    if cell.requests_failed:
+        first = next(r for r in cell.requests if r.status != "ok")
+        reasons.append(f"{cell.requests_failed} of {len(cell.requests)} requests failed (first: {first.error})")
+    bursts = sum(r.coalesced for r in cell.requests)
+    if bursts > MAX_COALESCED_SHARE * len(cell.requests):
+        reasons.append(
+            f"{bursts} of {len(cell.requests)} streams arrived in one burst (median gap between chunks "
+            f"in fewer reads {ARRIVAL_GAP_S * 1e3:g} ms apart than {MIN_GROUP_SHARE:.0%} of their chunks; more than "
+            f"{MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
+            "them, so per-stream decode rate is not measurable"
+        )
+    if cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
+        reasons.append(
+            f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed})"
+        )
+    hit = cell.window.prefix_cache_hit_rate
+    if hit is not None and hit >= gates.max_prefix_cache_hit_rate:
+        reasons.append(f"prefix-cache hit rate {hit:.1%} >= {gates.max_prefix_cache_hit_rate:.0%}: prompts were cached")
+    flags = []
+    rep = cell.repetition_ratio_median
+    if rep is not None and rep > gates.repetition_flag_ratio:
+        flags.append(f"acceptance may be inflated by repetition (median repetition ratio {rep:.2f})")
+    return cell.model_copy(
+        update={"rejected": bool(reasons), "reject_reason": "; ".join(reasons) or None, "flags": flags}
+    )

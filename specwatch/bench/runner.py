@@ -1,0 +1,136 @@
+"""Running a launch's benchmark: readiness and warm-up, the greedy probes, and every cell.
+
+`measure_cells` runs the cells in the calling process. A `CellRunner` decides where that
+happens: `InProcess` (the standalone `specwatch bench`, tests) or `Isolated` (a fresh
+process, what the flow uses). A runner that fans a cell out over several worker processes
+is a third implementation of the same protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+from specwatch.bench.cell import run_cell
+from specwatch.bench.client import BenchError, BenchTarget, Client
+from specwatch.bench.gates import Gates
+from specwatch.bench.metrics import MetricsSnapshot
+from specwatch.bench.prompts import build_prompt
+from specwatch.records import CellKey, CellResult
+from specwatch.spec import SamplingSpec, WorkloadSpec
+
+log = logging.getLogger("specwatch.bench")
+
+CellCallback = Callable[[CellResult], None]
+PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same probe prompts
+
+
+def cell_keys(workload: WorkloadSpec) -> list[CellKey]:
+    """The cells a workload asks for, in the order they run."""
+    return [CellKey(concurrency=c, prompt_class=pc, prompt_tokens=workload.prompt_tokens)
+            for c in workload.concurrency for pc in workload.prompt_classes]
+
+
+async def warm_up(client: Client) -> None:
+    """Discarded requests after every (re)start: the first ones hit JIT/autotune (DOMAIN rule 5)."""
+    wl = client.workload
+    for i in range(wl.warmup_requests):
+        prompt = await build_prompt(wl.prompt_classes[i % len(wl.prompt_classes)], wl.seed, -1 - i,
+                                    f"{client.target.namespace}:warmup", wl.prompt_tokens, client.tokenize)
+        sample, _ = await client.stream(i, prompt, wl.max_tokens)
+        if sample.status != "ok":
+            raise BenchError(f"warm-up request failed: {sample.error}")
+
+
+async def prepare(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec) -> MetricsSnapshot:
+    """Check the endpoint serves the model, warm it up (discarded), return its counters after warm-up.
+
+    Once speculation has run, the counters' position labels tell the server's real k.
+    """
+    async with Client(target, workload, sampling) as client:
+        await client.check_ready()
+        await warm_up(client)
+        return await client.metrics()
+
+
+async def probe(target: BenchTarget, workload: WorkloadSpec, count: int, max_tokens: int) -> list[list[int]]:
+    """Greedy single-stream answers to fixed prompts, as token ids, for the correctness gate.
+
+    Speculative decoding must not change greedy output, so these are compared across arms.
+    """
+    greedy = SamplingSpec(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
+    outputs = []
+    async with Client(target, workload, greedy) as client:
+        for i in range(count):
+            prompt_class = workload.prompt_classes[i % len(workload.prompt_classes)]
+            prompt = await build_prompt(prompt_class, 0, i, PROBE_NAMESPACE, workload.prompt_tokens, client.tokenize)
+            sample, output = await client.stream(i, prompt, max_tokens)
+            if sample.status != "ok":
+                raise BenchError(f"probe {i} failed: {sample.error}")
+            outputs.append(output if isinstance(output, list) else await client.token_ids(output))
+    return outputs
+
+
+async def measure_cells(
+    target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, gates: Gates,
+    on_cell: CellCallback | None = None,
+) -> list[CellResult]:
+    """Every cell of the workload, in order, in this process."""
+    async with Client(target, workload, sampling) as client:
+        cells = []
+        for key in cell_keys(workload):
+            cell = await run_cell(client, key, gates)
+            mal = cell.window.mean_acceptance_length
+            log.info(
+                "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
+                key.label, cell.decode_tok_s_median or 0.0, "n/a" if mal is None else f"{mal:.2f}",
+                f", REJECTED: {cell.reject_reason}" if cell.rejected else "",
+            )
+            cells.append(cell)
+            if on_cell:
+                on_cell(cell)
+        return cells
+
+
+class CellRunner(Protocol):
+    def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+                gates: Gates) -> list[CellResult]: ...
+
+
+@dataclass(frozen=True)
+class InProcess:
+    on_cell: CellCallback | None = None
+
+    def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+                gates: Gates) -> list[CellResult]:
+        return asyncio.run(measure_cells(target, workload, sampling, gates, self.on_cell))
+
+
+def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+                      gates: Gates) -> list[CellResult]:
+    # A spawned process starts with default logging: keep per-cell progress visible on stderr.
+    logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
+    logging.getLogger("specwatch").setLevel(logging.INFO)
+    return asyncio.run(measure_cells(target, workload, sampling, gates))
+
+
+@dataclass(frozen=True)
+class Isolated:
+    """The cells in a fresh process of their own.
+
+    Chunk arrival times are taken on the client's event loop; inside a flow process,
+    Prefect's log and event threads hold the GIL often enough to stall that loop, so
+    chunks pile up and are stamped together (bursts seen in whole-flow runs, not in a
+    bare client against the same server).
+    """
+
+    def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+                gates: Gates) -> list[CellResult]:
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+            return pool.submit(_measure_in_child, target, workload, sampling, gates).result()

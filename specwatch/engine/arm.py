@@ -1,0 +1,119 @@
+"""One launch of one arm: start its server, confirm its k, benchmark it, stop it. A failed arm is a
+recorded outcome with its reason, never an exception out of here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from specwatch.bench.client import BenchError, BenchTarget
+from specwatch.bench.gates import Gates
+from specwatch.bench.metrics import MetricsSnapshot
+from specwatch.bench.runner import CellRunner, Isolated, prepare, probe
+from specwatch.engine.checkpoint import arm_constraint_violations
+from specwatch.engine.handle import ServerHandle
+from specwatch.engine.launchers import BootExit, LaunchContext, LaunchError, launcher_for
+from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
+from specwatch.records import ArmResult, CheckpointFacts, ImageRef
+from specwatch.spec import ArmSpec, ExperimentSpec
+
+_K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
+
+
+def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> float:
+    """Boot time until /health answers; LaunchError (BootExit if a member died) otherwise."""
+    try:
+        return wait_healthy(f"{handle.base_url}/health", timeout_s, handle.exited, poll_s)
+    except ExitedBeforeReady:
+        raise BootExit(f"server exited with code {handle.exited()} during boot; log: {handle.log_tail()}") from None
+    except NotReady:
+        raise LaunchError(f"server not ready after {timeout_s:.0f}s (boot_timeout_s); log: {handle.log_tail()}") \
+            from None
+
+
+def k_from_log(log_path: Path | None) -> int | None:
+    """vLLM logs its resolved config at boot: `SpeculativeConfig(method='ngram', ..., num_spec_tokens=5)`."""
+    if log_path is None or not log_path.exists():
+        return None
+    found = _K_IN_LOG.findall(log_path.read_text(errors="replace"))
+    return int(found[-1]) if found else None
+
+
+def confirm_k(arm: ArmSpec, handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
+    """Record the k the server really runs (boot log, else /metrics positions); mismatch fails the arm."""
+    from_log = k_from_log(handle.record.log_path) if handle.record.launcher == "vllm" else None
+    k: int | None
+    if from_log is not None:
+        k, source = from_log, "boot_log"
+    elif snapshot.positions:
+        k, source = snapshot.positions, "metrics"
+    else:
+        k, source = None, None
+    handle.record = handle.record.model_copy(update={"k_confirmed": k, "k_source": source})
+    if arm.k is not None and k != arm.k:
+        seen = "no speculative positions" if k is None else f"k={k} (from {source})"
+        raise LaunchError(f"arm asks for k={arm.k} but the server runs {seen}")
+    if arm.k is None and k:
+        raise LaunchError(f"arm has speculation off but the server runs k={k} (from {source})")
+
+
+def run_arm(
+    arm: ArmSpec,
+    spec: ExperimentSpec,
+    image: ImageRef,
+    ctx: LaunchContext,
+    facts: CheckpointFacts | None,
+    namespace: str,
+    block: int = 1,
+    runner: CellRunner | None = None,
+) -> ArmResult:
+    """One launch of one arm. Every failure becomes a recorded outcome with its reason.
+
+    When the server exits at boot and the arm lists fallback k values (a k-ladder), the
+    next k is tried; the result says which k ran and why.
+    """
+    started = datetime.now(UTC)
+    ladder = arm.ladder
+    refused: list[str] = []
+    for k in ladder:
+        result = _launch_once(arm.with_k(k), spec, image, ctx, facts, namespace, block, runner or Isolated(), started)
+        result.k_requested = arm.k
+        result.fallback_reason = "; ".join(refused) or None
+        if result.status != "failed" or not result.boot_exit or k == ladder[-1]:
+            return result
+        refused.append(f"k={k} rejected at startup: {result.reason}")
+    raise AssertionError("unreachable: the ladder always returns on its last rung")
+
+
+def _launch_once(
+    arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
+    namespace: str, block: int, runner: CellRunner, started: datetime,
+) -> ArmResult:
+    method = arm.speculative.method if arm.speculative else None
+    base = dict(name=arm.name, block=block, image=arm.image, k=arm.k, image_ref=image, method=method,
+                started_at=started)
+    refusals = arm_constraint_violations(facts, method, arm.k) if facts else []
+    if refusals:
+        return ArmResult.model_validate({**base, "status": "refused", "reason": "; ".join(refusals),
+                                         "ended_at": datetime.now(UTC)})
+    handle: ServerHandle | None = None
+    try:
+        with launcher_for(arm, image).start(arm, image, ctx) as handle:
+            boot_s = wait_ready(handle, arm.boot_timeout_s)
+            handle.record = handle.record.model_copy(update={"boot_s": boot_s})
+            target = BenchTarget(handle.base_url, spec.served_name, namespace)
+            confirm_k(arm, handle, asyncio.run(prepare(target, spec.workload, spec.sampling)))
+            probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
+            cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
+        return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,
+                                         "probes": probes, "ended_at": datetime.now(UTC)})
+    except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:
+        reason = str(exc) or type(exc).__name__
+        return ArmResult.model_validate({**base, "status": "failed", "reason": reason,
+                                         "boot_exit": isinstance(exc, BootExit),
+                                         "launch": handle.record if handle else None, "ended_at": datetime.now(UTC)})

@@ -1,0 +1,71 @@
+"""A ServerHandle owns everything one launch started: one or more members (processes now;
+containers and remote ranks are members too), each with its own log, host and port.
+
+It is a context manager whose stop reaches every member, in reverse start order.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from specwatch.engine import processes
+from specwatch.records import LaunchRecord
+from specwatch.redact import redact_text
+
+
+class Member(Protocol):
+    role: str  # "server" for a single-process launch; "head" / "worker" for ranks
+    host: str
+    log_path: Path | None
+
+    def exit_code(self) -> int | None:
+        """None while it runs."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass
+class ProcessMember:
+    proc: subprocess.Popen[bytes]
+    log_path: Path | None
+    host: str = "127.0.0.1"
+    role: str = "server"
+
+    def exit_code(self) -> int | None:
+        return self.proc.poll()
+
+    def stop(self) -> None:
+        processes.stop(self.proc)
+
+
+@dataclass
+class ServerHandle:
+    base_url: str
+    record: LaunchRecord
+    members: list[Member] = field(default_factory=list)
+    secrets: dict[str, str] = field(default_factory=dict)
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for member in reversed(self.members):
+            member.stop()
+
+    def exited(self) -> int | None:
+        """The exit code of the first member that ended, None while all run."""
+        return next((code for m in self.members if (code := m.exit_code()) is not None), None)
+
+    def log_tail(self, lines: int = 15) -> str:
+        path = self.record.log_path
+        if path is None or not path.exists():
+            return ""
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        return redact_text(" | ".join(line.strip() for line in tail if line.strip()), self.secrets)

@@ -1,0 +1,36 @@
+"""Image backends, by name: `ensure(spec) -> ImageRef` makes a vLLM available and describes it
+(version, digest, how to run it). `backend_for` is the one place that picks one.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from specwatch.records import ImageRef
+from specwatch.spec import ImageSpec
+
+
+class ImageError(Exception):
+    """An image that cannot be built or reached; the message is one actionable line."""
+
+
+class ImageBackend(Protocol):
+    name: str
+
+    def ensure(self, spec: ImageSpec) -> ImageRef: ...
+
+
+BACKENDS: dict[str, ImageBackend] = {}
+
+
+def register(backend: ImageBackend) -> ImageBackend:
+    BACKENDS[backend.name] = backend
+    return backend
+
+
+def backend_for(spec: ImageSpec) -> ImageBackend:
+    return BACKENDS[spec.backend]
+
+
+# The built-in backends register themselves on import.
+from specwatch.engine.images import endpoint, venv  # noqa: E402, F401

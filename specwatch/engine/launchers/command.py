@@ -1,0 +1,40 @@
+"""A team's own serve script, from a template; it must still answer the OpenAI API and /metrics."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from specwatch.engine.handle import ServerHandle
+from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, register, spawn_server
+from specwatch.records import ImageRef
+from specwatch.spec import ArmSpec
+
+
+class CommandLauncher:
+    name = "command"
+
+    def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
+        port = free_port(ctx.host)
+        assert arm.command is not None  # the spec guarantees it for launcher: command
+        values = {
+            "python": str(image.python or sys.executable),
+            "port": str(port),
+            "host": ctx.host,
+            "model": str(ctx.model_dir),
+            "served_name": ctx.served_name,
+            "k": str(arm.k or 0),
+            "spec_config": arm.speculative.config_json() if arm.speculative else "",
+            "args": " ".join(shlex.quote(a) for a in arm.args),
+        }
+        quoted = {k: v if k == "args" else shlex.quote(v) for k, v in values.items()}
+        try:
+            rendered = arm.command.format(**quoted)
+        except (KeyError, IndexError) as exc:
+            raise LaunchError(
+                f"arm {arm.name}: command template uses unknown placeholder {exc}; known: {sorted(values)}"
+            ) from None
+        return spawn_server(["bash", "-c", rendered], arm, image, ctx, port, self.name)
+
+
+register(CommandLauncher())

@@ -1,0 +1,1 @@
+"""Report: the verdict table, the markdown report and its plots."""

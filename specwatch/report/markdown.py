@@ -1,0 +1,187 @@
+"""The run's report in the five sections public A/B records use: Conditions, Measurement,
+Result, Conclusion, Limitations. Markdown + PNG plots in the run dir, and Prefect artifacts.
+
+Everything here is computed from a RunResult and its recorded spec, so `specwatch report`
+regenerates the same report from DuckDB alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import median
+
+from specwatch.records import RunResult
+from specwatch.spec import ExperimentSpec, stored_spec
+from specwatch.analysis.verdict import Assessment, assess
+from specwatch.report import plots
+from specwatch.report.rows import headline, verdict_rows
+
+REPORT_FILE = "report.md"
+
+
+def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
+    prov, ckpt, wl, design = result.provenance, result.checkpoint, spec.workload, spec.design
+    gpu = prov.host.gpu_model or "none"
+    if prov.host.gpu_count:
+        gpu += f" x{prov.host.gpu_count} (driver {prov.host.gpu_driver})"
+    ended = f"{result.ended_at:%H:%M:%S %Z}" if result.ended_at else "-"
+    lines = [
+        "## Conditions",
+        f"- host {prov.host.hostname}: {prov.host.cpu_model} x{prov.host.cpu_count}, GPU {gpu}",
+        f"- specwatch {prov.specwatch_version}; run {result.run_id}, flow run {result.flow_run_id or '-'}; "
+        f"started {result.started_at:%Y-%m-%d %H:%M:%S %Z}, ended {ended}",
+    ]
+    if ckpt:
+        lines.append(f"- checkpoint `{ckpt.path}`: config sha256 `{ckpt.config_sha256[:16]}`, index sha256 "
+                     f"`{(ckpt.index_sha256 or '-')[:16]}`, {ckpt.shards} shard(s), {', '.join(ckpt.architectures)}")
+    images = {a.image_ref.name: a.image_ref for a in result.arms if a.image_ref}
+    for ref in images.values():
+        where = ref.url or f"{ref.package} {ref.vllm_version}"
+        lines.append(f"- image `{ref.name}`: {where}, digest `{(ref.digest or '-')[:23]}`")
+    seen = set()
+    for arm in result.arms:
+        if arm.name in seen or arm.launch is None:
+            continue
+        seen.add(arm.name)
+        env = " ".join(f"{k}={v}" for k, v in arm.launch.env.items())
+        lines.append(f"- arm `{arm.name}` launch: `{' '.join(arm.launch.argv) or arm.launch.base_url}`"
+                     + (f" with env `{env}`" if env else ""))
+    lines += [
+        f"- workload: prompt classes {', '.join(wl.prompt_classes)}; {wl.prompt_tokens} prompt tokens, "
+        f"{wl.max_tokens} output tokens (ignore_eos); concurrency {wl.concurrency}; "
+        + (f"{wl.duration_s:g} s per cell" if wl.duration_s else f"{wl.requests_per_cell} requests per cell")
+        + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
+        f"- sampling: {spec.sampling.model_dump()}",
+        f"- design: {design.blocks} block(s) per arm{f' (adaptive up to {design.max_blocks})' if design.adaptive else ''}"
+        f", counterbalanced order {' '.join(f'{a.name}#{a.block}' for a in result.arms)}; varies "
+        f"{design.varies or 'inferred'}; {design.probes} greedy probe(s) of {design.probe_tokens} tokens per arm",
+    ]
+    return lines
+
+
+def _measurement(result: RunResult, spec: ExperimentSpec) -> list[str]:
+    launches = len(result.arms)
+    cells = sum(len(a.cells) for a in result.arms)
+    boots = [a.launch.boot_s for a in result.arms if a.launch and a.launch.boot_s]
+    return [
+        "## Measurement",
+        f"{launches} server launch(es), {cells} cell(s); boot {_fmt(min(boots, default=None), '.0f')}-"
+        f"{_fmt(max(boots, default=None), '.0f')} s. Every prompt starts with a nonce unique to the run, launch, cell "
+        "and request; its length is calibrated with the server's /tokenize. Tokens are counted from "
+        "`usage.completion_tokens`; decode tok/s per stream = (tokens - 1) / (last token - first token). "
+        "Acceptance comes from /metrics counter deltas over each cell's window. A cell's replicate is its "
+        "median over requests in one launch (block); blocks of the two arms are paired by launch order "
+        f"and the relative difference gets a {('99' if spec.design.adaptive else '95')}% confidence interval over "
+        "the pairs (BCa bootstrap on log ratios, never narrower than the paired t-interval).",
+    ]
+
+
+def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, figures: list[str]) -> list[str]:
+    lines = [
+        "## Result",
+        "| arm | k | c | class | blocks | decode tok/s | Δ vs baseline | CI % | TTFT s | mean acc. len | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in verdict_rows(result, spec, assessment):
+        lines.append(
+            f"| {r.arm} | {r.k if r.k is not None else 'off'} | {r.concurrency} | {r.prompt_class} | {r.blocks} | "
+            f"{_fmt(r.decode_tok_s, '.1f')} | {_fmt(r.delta_pct, '+.1f', '%')} | {r.ci_pct} | "
+            f"{_fmt(r.ttft_s, '.3f')} | {_fmt(r.mean_acceptance_length)} | {r.verdict} |"
+        )
+    if assessment.curves:
+        lines += ["", "Per-position acceptance (pooled over blocks and cells):", "",
+                  "| arm | k | per position | last | decay (last/first) | tail |", "|---|---|---|---|---|---|"]
+        for c in assessment.curves:
+            lines.append(f"| {c.arm} | {c.k} | {' '.join(f'{p:.2f}' for p in c.per_position)} | "
+                         f"{c.per_position[-1]:.2f} | {_fmt(c.decay)} | "
+                         f"{'COLLAPSED' if c.tail_collapsed else 'ok'} (floor {spec.verdict.tail_floor:g}) |")
+    if assessment.cost:
+        lines += ["", "Cost model (tokens per step from the acceptance curve, step time fitted over the arms' "
+                  "c=lowest figures):", ""]
+        for arm, pred in assessment.cost.items():
+            best = pred.at(pred.best_k)
+            table = ", ".join(f"k={r.k}: {r.decode_tok_s:.0f}{'*' if r.extrapolated else ''}" for r in pred.rows)
+            lines.append(f"- from `{arm}` (k={pred.k_measured}): predicted decode tok/s {table} "
+                         f"(* extrapolated); predicted best k = **{best.k}**")
+        for row in assessment.cost_rows:
+            lines.append(f"- agreement: `{row.arm}` k={row.k} measured {row.measured_tok_s:.1f} tok/s, predicted "
+                         f"{row.predicted_tok_s:.1f} from the baseline's curve ({row.error * 100:+.1f}%)")
+    lines += ["", *[f"![{name}]({name})" for name in figures]]
+    return lines
+
+
+def _conclusion(result: RunResult, assessment: Assessment) -> list[str]:
+    v = assessment.verdict
+    lines = ["## Conclusion", f"**{v.decision}**" + (" (exit code 3: a regression is flagged)"
+                                                      if result.exit_code() == 3 else "")]
+    lines += [f"- {reason}" for reason in v.reasons]
+    checked = len(result.quality)
+    failed = [q for q in result.quality if not q.passed]
+    lines.append(f"- quality checks: {checked - len(failed)} of {checked} passed; greedy probes compared: "
+                 f"{assessment.compared_probes}, diverging: {len(assessment.divergences)}")
+    lines += [f"  - **{q.severity}** `{q.check}` {q.arm}"
+              + (f" c={q.concurrency} {q.prompt_class}" if q.concurrency is not None else "") + f": {q.detail}"
+              for q in failed]
+    return lines
+
+
+def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment) -> list[str]:
+    notes = []
+    for arm, diffs in spec.confounds().items():
+        if spec.design.allow_confounded and len(diffs) > 1:
+            notes.append(f"- CONFOUNDED: `{arm}` differs from the baseline in {', '.join(diffs)} "
+                         "(allow_confounded: true); the result cannot be attributed to one change")
+    for arm, n in assessment.blocks.items():
+        if n < 3:
+            notes.append(f"- `{arm}` has {n} completed block(s); fewer than 3 per arm leaves intervals wide or absent")
+    for a in result.arms:
+        if a.fallback_reason:
+            notes.append(f"- `{a.name}` block {a.block} ran k={a.k} instead of k={a.k_requested}: {a.fallback_reason}")
+        if a.status != "ok":
+            notes.append(f"- `{a.name}` block {a.block} {a.status}: {a.reason}")
+        for c in a.cells:
+            if c.rejected:
+                notes.append(f"- `{a.name}` block {a.block} c={c.concurrency} {c.prompt_class} rejected: "
+                             f"{c.reject_reason}")
+    for arm in spec.arms:
+        if arm.speculative is None:
+            continue  # repetition only matters where it can inflate acceptance
+        cells = [c for a in result.arms if a.name == arm.name for c in a.cells]
+        ratios = [c.repetition_ratio_median for c in cells if c.flags and c.repetition_ratio_median is not None]
+        if ratios:
+            notes.append(f"- `{arm.name}`: acceptance may be inflated by repetition in {len(ratios)} of {len(cells)} "
+                         f"cell(s) (median repetition ratio {min(ratios):.2f}-{max(ratios):.2f})")
+    return ["## Limitations", *(notes or ["- none recorded"])]
+
+
+def render_markdown(result: RunResult, spec: ExperimentSpec, assessment: Assessment, figures: list[str]) -> str:
+    lines = [f"# specwatch run {result.run_id}: {result.experiment_name}", "",
+             f"**Verdict: {headline(result, assessment)}** (baseline arm `{spec.baseline}`, noise band "
+             f"±{spec.thresholds.noise_band:.0%})", ""]
+    for section in (_conditions(result, spec), _measurement(result, spec),
+                    _result(result, spec, assessment, figures), _conclusion(result, assessment),
+                    _limitations(result, spec, assessment)):
+        lines += [*section, ""]
+    return "\n".join(lines)
+
+
+def write_report(result: RunResult, out_dir: Path) -> tuple[Path, Assessment]:
+    """Report + plots into `out_dir`; returns the markdown path and the assessment behind it."""
+    spec = stored_spec(result.experiment)
+    assessment = assess(result, spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures = []
+    if assessment.curves:
+        figures.append(plots.acceptance_plot(assessment.curves, out_dir / plots.ACCEPTANCE_PNG).name)
+    if any(a.cells for a in result.arms):
+        figures.append(plots.decode_plot(result, [a.name for a in spec.arms], spec.workload.prompt_classes,
+                                         out_dir / plots.DECODE_PNG).name)
+    path = out_dir / REPORT_FILE
+    path.write_text(render_markdown(result, spec, assessment, figures))
+    return path, assessment

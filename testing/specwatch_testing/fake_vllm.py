@@ -1,0 +1,653 @@
+"""A fake vLLM OpenAI-compatible server with known truth.
+
+It imitates the HTTP surface the benchmark touches (`/health`, `/v1/models`, `/version`,
+`/tokenize`, `/v1/completions` incl. SSE streaming, Prometheus `/metrics`) and simulates
+speculative decoding with a known per-position acceptance profile and step time. `/truth`
+reports what really happened server-side, so tests and the fidelity benchmark can compare
+measured figures with true ones.
+
+    python -m specwatch_testing.fake_vllm --port 8000 \
+        --spec-config '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4}' \
+        --accept-probs 0.8,0.6,0.4 --step-ms 10
+
+Simulation model (deliberately simple, so the truth is analytic):
+- Prompt tokens: regex `\\w+|[^\\w\\s]` (one token per word or punctuation mark), no BOS.
+- First token after `ttft_ms + prefill_ms_per_token * uncached_prompt_tokens` from admission.
+- Then one decode step per `(step_ms + step_ms_per_seq * (running - 1)) * slowdown`, on an
+  absolute schedule (no drift from sleep overshoot). Every step with speculation proposes
+  one draft of exactly k tokens (counted as 1 draft, k draft tokens, even near the end),
+  accepts a prefix of it and emits accepted + 1 (bonus) tokens, capped at the tokens still
+  owed; the counters record the accepted count before capping so that 1 + accepted/drafts
+  is an unbiased estimate of the configured mean acceptance length.
+- Acceptance: by default `--accept-probs` are the *marginal* per-position rates (what vLLM's
+  accepted_per_pos/drafts reports, so they must be non-increasing); with
+  `--accept-mode conditional` they are P(accept i | accepted 0..i-1). Positions past the
+  list are never accepted.
+- Exactly max_tokens tokens are generated (ignore_eos semantics, always).
+- Everything random is seeded by `--seed` + the prompt text, so a prompt replays exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import sys
+import time
+import uuid
+import zlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from pydantic import BaseModel, ConfigDict, Field
+
+VERSION = "fake-0.1"
+BLOCK_SIZE = 16  # vLLM's default KV block size; prefix-cache hits come in whole blocks
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+# Output words are pure \w+ so re-tokenizing the generated text gives back max_tokens.
+_WORDS = (
+    "the of and to in is for on with as at by from that this be are was it an or not data value "
+    "model token server request return result list index count state error input output build "
+    "cache block step draft accept verify batch queue stream chunk graph kernel rank node layer "
+    "weight tensor shape float width depth score delta base check test run"
+).split()
+
+
+def tokenize(text: str, vocab_size: int) -> list[int]:
+    # crc32 rather than hash(): str hashes are randomised per process, ids must be stable.
+    return [zlib.crc32(t.encode()) % vocab_size for t in _TOKEN_RE.findall(text)]
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str = "fake/model"
+    max_model_len: int = 4096
+    vocab_size: int = 32000
+    seed: int = 0
+    ttft_ms: float = 20.0
+    prefill_ms_per_token: float = 0.0
+    step_ms: float = 10.0
+    step_ms_per_seq: float = 0.0
+    slowdown: float = 1.0
+    method: str | None = None  # None = no speculation
+    k: int = 0
+    draft_model: str | None = None
+    marginal: tuple[float, ...] = ()  # per-position acceptance rate, length k
+    boot_delay_s: float = 0.0
+    fail_every: int = 0
+    stall_after_tokens: int | None = None
+    max_num_seqs: int = 256
+    log_interval_s: float = 10.0
+
+    @property
+    def conditional(self) -> tuple[float, ...]:
+        out, prev = [], 1.0
+        for m in self.marginal:
+            out.append(m / prev if prev > 0 else 0.0)
+            prev = m
+        return tuple(out)
+
+
+class PrefixCache:
+    """Hash-chained full blocks, like vLLM's automatic prefix caching (bounded, LRU)."""
+
+    def __init__(self, capacity_blocks: int = 65536) -> None:
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._cap = capacity_blocks
+
+    def lookup_and_insert(self, ids: list[int]) -> int:
+        """Tokens covered by already-cached full blocks from the start; then cache this prompt."""
+        hits, h, missed = 0, 0, False
+        for start in range(0, len(ids) - BLOCK_SIZE + 1, BLOCK_SIZE):
+            h = hash((h, tuple(ids[start : start + BLOCK_SIZE])))  # int tuples hash stably
+            if not missed and h in self._blocks:
+                hits += BLOCK_SIZE
+                self._blocks.move_to_end(h)
+            else:
+                missed = True
+                self._blocks[h] = None
+                if len(self._blocks) > self._cap:
+                    self._blocks.popitem(last=False)
+        return hits
+
+
+class Metrics:
+    """vLLM's metric names on a private registry (so several apps can live in one process)."""
+
+    def __init__(self, s: Settings) -> None:
+        self.registry = r = CollectorRegistry()
+        lab = ["engine", "model_name"]
+        self._lv = {"engine": "0", "model_name": s.model}
+
+        def counter(name: str, doc: str, extra: list[str] | None = None) -> Counter:
+            return Counter(name, doc, lab + (extra or []), registry=r)
+
+        self.prompt = counter("vllm:prompt_tokens", "Number of prefill tokens processed.").labels(**self._lv)
+        by_source = counter("vllm:prompt_tokens_by_source", "Prompt tokens by source.", ["source"])
+        self.prompt_computed = by_source.labels(**self._lv, source="local_compute")
+        self.prompt_cached = by_source.labels(**self._lv, source="local_cache_hit")
+        self.generation = counter("vllm:generation_tokens", "Number of generation tokens processed.").labels(**self._lv)
+        self.pc_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in tokens.").labels(**self._lv)
+        self.pc_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens.").labels(**self._lv)
+        self.running = Gauge("vllm:num_requests_running", "Requests in model execution batches.", lab, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be processed.", lab, registry=r)
+        self.running.labels(**self._lv).set(0)
+        self.waiting.labels(**self._lv).set(0)
+        self.spec_enabled = s.method is not None
+        if self.spec_enabled:  # vLLM registers these only when speculation is configured
+            self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(**self._lv)
+            self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.").labels(
+                **self._lv
+            )
+            self.accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.").labels(
+                **self._lv
+            )
+            per_pos = counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", ["position"]
+            )
+            self.per_pos = [per_pos.labels(**self._lv, position=str(i)) for i in range(s.k)]
+
+    def set_load(self, running: int, waiting: int) -> None:
+        self.running.labels(**self._lv).set(running)
+        self.waiting.labels(**self._lv).set(waiting)
+
+
+@dataclass
+class TruthRecord:
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    # Seconds since server start on the server's monotonic clock.
+    t_arrival: float = 0.0
+    t_admitted: float | None = None
+    t_first_token: float | None = None
+    t_last_token: float | None = None
+    steps: int = 0  # decode steps after the first token (== drafts with speculation)
+    accepted: int = 0
+    status: str = "running"  # ok | aborted
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        if self.t_first_token is None or self.t_last_token is None or self.completion_tokens < 2:
+            return None
+        dt = self.t_last_token - self.t_first_token
+        return (self.completion_tokens - 1) / dt if dt > 0 else None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["decode_tok_s"] = self.decode_tok_s
+        d["ttft_s"] = None if self.t_first_token is None else self.t_first_token - self.t_arrival
+        return d
+
+
+@dataclass
+class Totals:
+    """Sums since the last /truth/reset; equal to counter deltas over the same window."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, s: Settings) -> None:
+        self.s = s
+        self.metrics = Metrics(s)
+        self.cache = PrefixCache()
+        self.t0 = time.monotonic()
+        self.records: list[TruthRecord] = []
+        self.totals = Totals(accepted_per_pos=[0] * s.k)
+        self.completion_requests = 0
+        self.running = 0
+        self.waiting = 0
+        self._sem = asyncio.Semaphore(s.max_num_seqs)
+        self._cond = s.conditional
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def booting(self) -> bool:
+        return self.now() < self.s.boot_delay_s
+
+    def reset_truth(self) -> None:
+        self.records = []
+        self.totals = Totals(accepted_per_pos=[0] * self.s.k)
+
+    def _step_s(self) -> float:
+        s = self.s
+        return (s.step_ms + s.step_ms_per_seq * max(self.running - 1, 0)) * s.slowdown / 1000
+
+    def _sample_accepted(self, rng: random.Random) -> int:
+        a = 0
+        for p in self._cond:  # acceptance is a prefix: stop at the first rejection
+            if rng.random() >= p:
+                break
+            a += 1
+        return a
+
+    async def _sleep_until(self, deadline: float) -> None:
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+
+    async def _stall(self, is_disconnected: Callable[[], Awaitable[bool]] | None) -> None:
+        # Streams get cancelled by Starlette on disconnect; plain requests must poll.
+        while True:
+            await asyncio.sleep(0.1)
+            if is_disconnected is not None and await is_disconnected():
+                return
+
+    async def generate(
+        self,
+        request_id: str,
+        prompt: str,
+        prompt_ids: list[int],
+        max_tokens: int,
+        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> AsyncIterator[str]:
+        """Yield one text piece per engine step (several tokens per piece under speculation)."""
+        s, m, tot = self.s, self.metrics, self.totals
+        text_rng = random.Random(f"{s.seed}:text:{prompt}")
+        acc_rng = random.Random(f"{s.seed}:accept:{prompt}")
+        rec = TruthRecord(request_id, len(prompt_ids), max_tokens, t_arrival=self.now())
+        admitted = False
+        self.waiting += 1
+        m.set_load(self.running, self.waiting)
+        try:
+            await self._sem.acquire()
+            admitted = True
+            self.waiting -= 1
+            self.running += 1
+            m.set_load(self.running, self.waiting)
+            rec.t_admitted = self.now()
+            p = len(prompt_ids)
+            hits = self.cache.lookup_and_insert(prompt_ids)
+            rec.cached_tokens = hits
+            m.prompt.inc(p)
+            m.prompt_computed.inc(p - hits)
+            m.prompt_cached.inc(hits)
+            m.pc_queries.inc(p)
+            m.pc_hits.inc(hits)
+            tot.requests += 1
+            tot.prompt_tokens += p
+            tot.prefix_cache_queries += p
+            tot.prefix_cache_hits += hits
+
+            # Cached tokens skip prefill, as in vLLM: that is how repeats inflate results.
+            deadline = time.monotonic() + (s.ttft_ms + s.prefill_ms_per_token * (p - hits)) / 1000
+            emitted = 0
+            while emitted < max_tokens:
+                if s.stall_after_tokens is not None and emitted >= s.stall_after_tokens:
+                    await self._stall(is_disconnected)
+                    return
+                a = None  # accepted draft tokens this step; None = no draft (prefill or no spec)
+                if emitted == 0:
+                    n = 1  # the prefill step yields exactly one token
+                else:
+                    deadline += self._step_s()
+                    n = 1
+                    if m.spec_enabled:
+                        a = self._sample_accepted(acc_rng)
+                        n = min(a + 1, max_tokens - emitted)
+                await self._sleep_until(deadline)
+                # Counters move when the step completes, like the engine's per-step stats.
+                if emitted > 0:
+                    rec.steps += 1
+                if a is not None:
+                    m.drafts.inc()
+                    m.draft_tokens.inc(s.k)
+                    m.accepted.inc(a)
+                    for i in range(a):
+                        m.per_pos[i].inc()
+                        tot.accepted_per_pos[i] += 1
+                    tot.drafts += 1
+                    tot.draft_tokens += s.k
+                    tot.accepted += a
+                    rec.accepted += a
+                m.generation.inc(n)
+                tot.generation_tokens += n
+                emitted += n
+                rec.completion_tokens = emitted
+                rec.t_last_token = self.now()
+                if rec.t_first_token is None:
+                    rec.t_first_token = rec.t_last_token
+                yield "".join(" " + text_rng.choice(_WORDS) for _ in range(n))
+        finally:
+            # Runs on normal end, on client disconnect (cancel) and on generator close.
+            if admitted:
+                self.running -= 1
+                self._sem.release()
+            else:
+                self.waiting -= 1
+            m.set_load(self.running, self.waiting)
+            rec.status = "ok" if rec.completion_tokens == max_tokens else "aborted"
+            self.records.append(rec)
+
+    def truth(self) -> dict[str, Any]:
+        s, t = self.s, self.totals
+        step_s = s.step_ms * s.slowdown / 1000
+        tokens_per_step = 1 + sum(s.marginal)
+        return {
+            "config": {
+                "model": s.model,
+                "method": s.method,
+                "k": s.k,
+                "accept_probs_marginal": list(s.marginal),
+                "accept_probs_conditional": list(s.conditional),
+                "step_ms": s.step_ms,
+                "step_ms_per_seq": s.step_ms_per_seq,
+                "slowdown": s.slowdown,
+                "ttft_ms": s.ttft_ms,
+                "prefill_ms_per_token": s.prefill_ms_per_token,
+                # Ignores the capped final step, so long outputs approach it from below.
+                "expected_mean_acceptance_length": tokens_per_step,
+                "expected_decode_tok_s_c1": tokens_per_step / step_s,
+            },
+            "records": [r.as_dict() for r in self.records],
+            "totals": {
+                **asdict(t),
+                "mean_acceptance_length": 1 + t.accepted / t.drafts if t.drafts else None,
+                "per_position_acceptance": [a / t.drafts for a in t.accepted_per_pos] if t.drafts else None,
+                "draft_acceptance_rate": t.accepted / t.draft_tokens if t.draft_tokens else None,
+            },
+        }
+
+
+class _StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # vLLM accepts many more sampling fields
+
+    model: str | None = None
+    prompt: str | list[str]
+    max_tokens: int = Field(16, ge=1)  # vLLM's default for completions
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    temperature: float | None = None
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+
+
+def _error(status: int, message: str, kind: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}}, status_code=status
+    )
+
+
+def _sse(obj: Any) -> str:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
+
+
+def build_app(s: Settings) -> FastAPI:
+    engine = Engine(s)
+
+    async def log_stats() -> None:
+        # Mirrors the engine's periodic "SpecDecoding metrics:" log line (interval window).
+        last = (0, 0, [0] * s.k)
+        while True:
+            await asyncio.sleep(s.log_interval_s)
+            t = engine.totals
+            now = (t.drafts, t.accepted, list(t.accepted_per_pos))
+            drafts, acc = now[0] - last[0], now[1] - last[1]
+            if drafts > 0:
+                per_pos = ", ".join(f"{(b - a) / drafts:.3f}" for a, b in zip(last[2], now[2]))
+                print(
+                    f"INFO {time.strftime('%m-%d %H:%M:%S')} [metrics.py] SpecDecoding metrics: "
+                    f"Mean acceptance length: {1 + acc / drafts:.2f}, "
+                    f"Accepted throughput: {acc / s.log_interval_s:.2f} tokens/s, "
+                    f"Drafted throughput: {drafts * s.k / s.log_interval_s:.2f} tokens/s, "
+                    f"Accepted: {acc} tokens, Drafted: {drafts * s.k} tokens, "
+                    f"Per-position acceptance rate: {per_pos}, "
+                    f"Avg Draft acceptance rate: {100 * acc / (drafts * s.k):.1f}%",
+                    flush=True,
+                )
+            last = now if now[0] >= last[0] else (0, 0, [0] * s.k)  # truth may have been reset
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        task = asyncio.create_task(log_stats()) if s.method and s.log_interval_s > 0 else None
+        yield
+        if task:
+            task.cancel()
+
+    app = FastAPI(title="fake_vllm", lifespan=lifespan)
+    app.state.engine = engine
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400, str(exc.errors()), "BadRequestError")  # vLLM answers 400, not 422
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=503 if engine.booting() else 200)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return {"version": VERSION}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {"id": s.model, "object": "model", "created": int(engine.t0), "owned_by": "vllm"}
+        card |= {"root": s.model, "parent": None, "max_model_len": s.max_model_len}
+        return {"object": "list", "data": [card]}
+
+    @app.post("/tokenize")
+    async def tokenize_endpoint(body: dict[str, Any]) -> Response:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return _error(400, "tokenize needs a string 'prompt'", "BadRequestError")
+        ids = tokenize(prompt, s.vocab_size)
+        return JSONResponse({"count": len(ids), "max_model_len": s.max_model_len, "tokens": ids, "token_strs": None})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/truth")
+    async def truth() -> dict[str, Any]:
+        return engine.truth()
+
+    @app.post("/truth/reset")
+    async def truth_reset() -> dict[str, bool]:
+        engine.reset_truth()
+        return {"ok": True}
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest, raw: Request) -> Response:
+        if engine.booting():
+            return _error(503, "server is starting", "ServiceUnavailableError")
+        engine.completion_requests += 1
+        if s.fail_every and engine.completion_requests % s.fail_every == 0:
+            return _error(500, f"fake_vllm: planted failure (--fail-every {s.fail_every})", "InternalServerError")
+        if req.model is not None and req.model != s.model:
+            return _error(404, f"The model `{req.model}` does not exist.", "NotFoundError")
+        if isinstance(req.prompt, list):
+            if len(req.prompt) != 1:
+                return _error(400, "fake_vllm supports exactly one prompt per request", "BadRequestError")
+            prompt = req.prompt[0]
+        else:
+            prompt = req.prompt
+        ids = tokenize(prompt, s.vocab_size)
+        if len(ids) + req.max_tokens > s.max_model_len:
+            return _error(
+                400,
+                f"This model's maximum context length is {s.max_model_len} tokens. However, you requested "
+                f"{len(ids) + req.max_tokens} tokens ({len(ids)} in the messages, {req.max_tokens} in the "
+                "completion). Please reduce the length of the messages or completion.",
+                "BadRequestError",
+            )
+        # vLLM builds the id from X-Request-Id when given: lets clients join to /truth.
+        rid = "cmpl-" + (raw.headers.get("x-request-id") or uuid.uuid4().hex)
+        created = int(time.time())
+        head = {"id": rid, "object": "text_completion", "created": created, "model": s.model}
+
+        def usage_of(c: int) -> dict[str, int]:
+            return {"prompt_tokens": len(ids), "completion_tokens": c, "total_tokens": len(ids) + c}
+
+        if not req.stream:
+            pieces = [p async for p in engine.generate(rid, prompt, ids, req.max_tokens, raw.is_disconnected)]
+            text = "".join(pieces)
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
+            n = len(_TOKEN_RE.findall(text))
+            return JSONResponse({**head, "choices": [choice], "usage": usage_of(n)})
+
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        async def stream() -> AsyncIterator[str]:
+            emitted = 0
+            # aclosing: if the client goes away, the engine's bookkeeping (finally) runs now, not at GC.
+            async with aclosing(engine.generate(rid, prompt, ids, req.max_tokens)) as pieces:
+                async for piece in pieces:
+                    emitted += len(_TOKEN_RE.findall(piece))
+                    # As in vLLM, the chunk carrying the last tokens also carries finish_reason.
+                    finish = "length" if emitted >= req.max_tokens else None
+                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
+                    if finish:
+                        choice["stop_reason"] = None
+                    yield _sse({**head, "choices": [choice]})
+            if include_usage:
+                yield _sse({**head, "choices": [], "usage": usage_of(emitted)})
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    return app
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+# One production deployment's per-position profile at k=7 (DOMAIN.md); a realistic default.
+DEFAULT_ACCEPT = "0.94,0.86,0.77,0.69,0.61,0.49,0.35"
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    ap = argparse.ArgumentParser(prog="python -m specwatch_testing.fake_vllm", description=__doc__.split("\n\n")[0])
+    a = ap.add_argument
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=8000)
+    a("--model", default="fake/model", help="model id served (also --served-model-name)")
+    a("--served-model-name", default=None)
+    a("--max-model-len", type=int, default=4096)
+    a("--vocab-size", type=int, default=32000)
+    a("--seed", type=int, default=0)
+    a("--spec-config", "--speculative-config", dest="spec_config", default=None,
+      help="vLLM speculative config JSON; absent = no speculation")  # fmt: skip
+    a("--accept-probs", default=DEFAULT_ACCEPT, help="per-position acceptance, comma-separated")
+    a("--accept-mode", choices=("marginal", "conditional"), default="marginal",
+      help="marginal: rate at position i as vLLM reports it; conditional: P(i | 0..i-1 accepted)")  # fmt: skip
+    a("--ttft-ms", type=float, default=20.0)
+    a("--prefill-ms-per-token", type=float, default=0.0)
+    a("--step-ms", type=float, default=10.0)
+    a("--step-ms-per-seq", type=float, default=0.0, help="extra step time per other running sequence")
+    a("--max-num-seqs", type=int, default=256, help="requests beyond this wait (num_requests_waiting)")
+    a("--boot-delay-s", type=float, default=0.0, help="/health answers 503 until this has elapsed")
+    a("--refuse-k", type=_ints, default=(), help="exit(1) at startup if k is in this list")
+    a("--fail-every", type=int, default=0, help="every Nth completion request returns HTTP 500")
+    a("--slowdown", type=float, default=1.0, help="multiplies step time (a planted regression)")
+    a("--stall-after-tokens", type=int, default=None, help="streams hang after N tokens")
+    a("--log-interval-s", type=float, default=10.0, help="period of the SpecDecoding metrics log line")
+    # Launchers render real-vLLM command lines; tolerate (and report) flags we do not model.
+    return ap.parse_known_args(argv)
+
+
+def settings_from_args(ns: argparse.Namespace) -> Settings:
+    """Validate; raise ValueError with vLLM-like wording on bad input."""
+    method = draft = None
+    k, marginal = 0, ()
+    if ns.spec_config:
+        cfg = json.loads(ns.spec_config)
+        method = cfg.get("method") or ("draft_model" if cfg.get("model") else None)
+        k = int(cfg.get("num_speculative_tokens") or 0)
+        draft = cfg.get("model")
+        if not method or k < 1:
+            raise ValueError(f"speculative config needs a method and num_speculative_tokens >= 1: {cfg}")
+        if k in ns.refuse_k:
+            raise ValueError(f"num_speculative_tokens={k} is not supported")
+        probs = _floats(ns.accept_probs)
+        if any(not 0 <= p <= 1 for p in probs):
+            raise ValueError(f"accept probabilities must lie in [0, 1]: {probs}")
+        if ns.accept_mode == "conditional":
+            cum, acc = [], 1.0
+            for p in probs:
+                acc *= p
+                cum.append(acc)
+            probs = tuple(cum)
+        elif any(b > a for a, b in zip(probs, probs[1:])):
+            raise ValueError(f"marginal per-position acceptance must be non-increasing: {probs}")
+        marginal = (probs + (0.0,) * k)[:k]  # positions past the list are never accepted
+    return Settings(
+        model=ns.served_model_name or ns.model,
+        max_model_len=ns.max_model_len,
+        vocab_size=ns.vocab_size,
+        seed=ns.seed,
+        ttft_ms=ns.ttft_ms,
+        prefill_ms_per_token=ns.prefill_ms_per_token,
+        step_ms=ns.step_ms,
+        step_ms_per_seq=ns.step_ms_per_seq,
+        slowdown=ns.slowdown,
+        method=method,
+        k=k,
+        draft_model=draft,
+        marginal=marginal,
+        boot_delay_s=ns.boot_delay_s,
+        fail_every=ns.fail_every,
+        stall_after_tokens=ns.stall_after_tokens,
+        max_num_seqs=ns.max_num_seqs,
+        log_interval_s=ns.log_interval_s,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    ns, unknown = parse_args(argv)
+    try:
+        s = settings_from_args(ns)
+    except ValueError as e:
+        # Same shape as a vLLM config-validation failure, so log scrapers see the real thing.
+        print(f"ERROR fake_vllm engine startup failed\nValueError: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    if unknown:
+        print(f"WARNING fake_vllm ignores unsupported arguments: {' '.join(unknown)}", file=sys.stderr, flush=True)
+    spec = "None"
+    if s.method:
+        model = repr(s.draft_model) if s.draft_model else "None"
+        spec = f"SpeculativeConfig(method={s.method!r}, model={model}, num_spec_tokens={s.k})"
+    stamp = time.strftime("%m-%d %H:%M:%S")
+    print(f"INFO {stamp} [api_server.py] vLLM API server version {VERSION}", flush=True)
+    print(
+        f"INFO {stamp} [core.py] Initializing a V1 LLM engine (v{VERSION}) with config: model={s.model!r}, "
+        f"max_seq_len={s.max_model_len}, seed={s.seed}, speculative_config={spec}",
+        flush=True,
+    )
+    print(f"INFO {stamp} [api_server.py] Starting vLLM API server on http://{ns.host}:{ns.port}", flush=True)
+    # Graceful-shutdown timeout: stalled streams must not keep SIGTERM from ending us.
+    uvicorn.run(
+        build_app(s), host=ns.host, port=ns.port, log_level="info", access_log=False, timeout_graceful_shutdown=2
+    )
+
+
+if __name__ == "__main__":
+    main()

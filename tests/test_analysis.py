@@ -1,0 +1,353 @@
+"""specwatch.analysis: block order, CI maths, verdict rule, cost model, adaptive stopping."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from scipy import stats as sst
+
+from benchmarks.simulation import simulate, wrong_call
+from specwatch.analysis.acceptance import decay, tail_collapsed
+from specwatch.analysis.adaptive import adaptive_decision
+from specwatch.analysis.blocks import block_order, pair_blocks
+from specwatch.analysis.cost import fit_step_time, predict_k, prediction_error, step_time_from
+from specwatch.analysis.decision import CellVerdict, VerdictRule, classify, experiment_verdict
+from specwatch.analysis.intervals import (
+    METHOD_HULL,
+    METHOD_NONE,
+    METHOD_T,
+    DiffCI,
+    log_ratio_interval,
+    relative_diff_ci,
+)
+from specwatch.records import CellKey
+
+DOMAIN_K7 = [0.94, 0.86, 0.77, 0.69, 0.61, 0.49, 0.35]
+
+# ------------------------------------------------------------------------------------ block order
+
+
+def _arms(order: list[tuple[str, int]]) -> str:
+    return " ".join(a for a, _ in order)
+
+
+def test_two_arms_follow_thue_morse() -> None:
+    order = block_order(["A", "B"], 3)
+    assert order == [("A", 1), ("B", 1), ("B", 2), ("A", 2), ("B", 3), ("A", 3)]
+    assert _arms(block_order(["A", "B"], 8)) == " ".join("AB"[bin(i).count("1") % 2] for i in range(16))
+
+
+def test_two_arms_cancel_polynomial_drift() -> None:
+    # 16 launches = 2^4: sums of position^d agree for d <= 3 (Prouhet-Tarry-Escott).
+    order = block_order(["A", "B"], 8)
+    pos = {arm: [i for i, (a, _) in enumerate(order) if a == arm] for arm in "AB"}
+    for d in range(4):
+        assert sum(p**d for p in pos["A"]) == sum(p**d for p in pos["B"])
+
+
+def _check_balance(arms: list[str], cycle_rounds: int) -> None:
+    m = len(arms)
+    order = block_order(arms, cycle_rounds)
+    assert len(order) == m * cycle_rounds
+    rounds = [order[i : i + m] for i in range(0, len(order), m)]
+    # 1. round i holds block i of every arm
+    for i, rnd in enumerate(rounds, start=1):
+        assert sorted(a for a, _ in rnd) == sorted(arms)
+        assert {b for _, b in rnd} == {i}
+    # 2. linear drift cancels after every even number of rounds
+    for r in range(2, cycle_rounds + 1, 2):
+        prefix = order[: r * m]
+        sums = {arm: sum(i for i, (a, _) in enumerate(prefix) if a == arm) for arm in arms}
+        assert len(set(sums.values())) == 1, sums
+    # 3. position balance and within-round carry-over balance over the full cycle
+    positions = Counter((a, j) for rnd in rounds for j, (a, _) in enumerate(rnd))
+    assert set(positions.values()) == {cycle_rounds // m}
+    follows = Counter((rnd[j][0], rnd[j + 1][0]) for rnd in rounds for j in range(m - 1))
+    assert len(follows) == m * (m - 1)
+    assert len(set(follows.values())) == 1, follows
+
+
+@pytest.mark.parametrize(("arms", "cycle"), [(["A", "B", "C"], 6), (["A", "B", "C", "D"], 4), (list("ABCDE"), 10)])
+def test_more_arms_are_balanced(arms: list[str], cycle: int) -> None:
+    _check_balance(arms, cycle)
+    _check_balance(arms, 2 * cycle)
+
+
+def test_block_order_extends_as_a_prefix() -> None:
+    # adaptive stopping adds one round at a time; the earlier launches must not change
+    for arms in (["A", "B"], ["A", "B", "C"], list("ABCD")):
+        for n in range(12):
+            assert block_order(arms, n + 1)[: n * len(arms)] == block_order(arms, n)
+
+
+def test_block_order_rejects_bad_input() -> None:
+    with pytest.raises(ValueError):
+        block_order(["A", "A"], 3)
+    with pytest.raises(ValueError):
+        block_order([], 3)
+    assert block_order(["A", "B"], 0) == []
+
+
+def test_pair_blocks_pairs_adjacent_launches() -> None:
+    order = block_order(["base", "cand"], 5)
+    pairs = pair_blocks(order, "base", "cand")
+    assert pairs == [(i, i) for i in range(1, 6)]
+    index = {launch: i for i, launch in enumerate(order)}
+    for b, c in pairs:
+        assert abs(index[("base", b)] - index[("cand", c)]) == 1
+    # three arms: partners share a round
+    order3 = block_order(["x", "y", "z"], 4)
+    index3 = {launch: i for i, launch in enumerate(order3)}
+    for b, c in pair_blocks(order3, "x", "z"):
+        assert index3[("x", b)] // 3 == index3[("z", c)] // 3
+    # a trailing launch without a partner is left out
+    assert pair_blocks(order[:-1], "base", "cand") == [(i, i) for i in range(1, 5)]
+
+
+# ---------------------------------------------------------------------------------------- CI maths
+
+
+def test_constant_ratio_gives_tight_ci_at_the_effect() -> None:
+    rng = np.random.default_rng(3)
+    base = rng.uniform(45, 65, 6)
+    cand = base * 1.10 * np.exp(rng.normal(0, 1e-4, 6))
+    ci = relative_diff_ci(base, cand)
+    assert ci is not None and ci.n_pairs == 6 and ci.method == METHOD_HULL
+    assert ci.estimate == pytest.approx(0.10, abs=1e-3)
+    assert 0.099 < ci.low <= ci.estimate <= ci.high < 0.101
+
+
+def test_identical_arms_contain_zero() -> None:
+    rng = np.random.default_rng(4)
+    base = rng.normal(55, 6, 5)
+    cand = rng.normal(55, 6, 5)
+    ci = relative_diff_ci(base, cand)
+    assert ci is not None and ci.low < 0 < ci.high
+    same = relative_diff_ci(base, base)
+    assert same is not None and same.estimate == 0 and same.low == 0 == same.high
+
+
+def test_few_blocks_give_wider_interval() -> None:
+    rng = np.random.default_rng(5)
+    base = rng.normal(55, 5.5, 12)
+    cand = 1.05 * rng.normal(55, 5.5, 12)
+    small = relative_diff_ci(base[:3], cand[:3])
+    large = relative_diff_ci(base, cand)
+    assert small is not None and large is not None
+    assert small.width > 2 * large.width
+
+
+def test_interval_is_never_narrower_than_t() -> None:
+    rng = np.random.default_rng(6)
+    base = rng.normal(55, 5.5, 8)
+    cand = rng.normal(58, 5.5, 8)
+    ci = relative_diff_ci(base, cand)
+    d = np.log(cand / base)
+    half = sst.t.ppf(0.975, 7) * d.std(ddof=1) / math.sqrt(8)
+    assert ci is not None
+    assert ci.low <= math.expm1(d.mean() - half) + 1e-12
+    assert ci.high >= math.expm1(d.mean() + half) - 1e-12
+
+
+def test_small_and_degenerate_inputs() -> None:
+    assert relative_diff_ci([], []) is None
+    assert relative_diff_ci([50.0], [float("nan")]) is None
+    one = relative_diff_ci([50.0], [55.0])
+    assert one is not None and one.method == METHOD_NONE and one.low == -1 and math.isinf(one.high)
+    assert classify(one, 0.05) == "inconclusive"
+    two = relative_diff_ci([50.0, 52.0], [55.0, 56.0])
+    assert two is not None and two.method == METHOD_T and two.n_pairs == 2
+    # a rejected block (NaN) drops its pair rather than counting as zero
+    dropped = relative_diff_ci([50.0, float("nan"), 60.0, 55.0], [55.0, 40.0, 66.0, 60.5])
+    assert dropped is not None and dropped.n_pairs == 3
+    with pytest.raises(ValueError):
+        relative_diff_ci([50.0, 0.0], [50.0, 50.0])
+    with pytest.raises(ValueError):
+        relative_diff_ci([50.0, 51.0], [50.0])
+
+
+@pytest.mark.parametrize("n", [3, 4, 6])
+def test_coverage_by_simulation(n: int) -> None:
+    # True effect 0; each arm's block median carries 10 % noise; 2000 experiments at once.
+    rng = np.random.default_rng(100 + n)
+    base = 55 * (1 + 0.10 * rng.standard_normal((2000, n)))
+    cand = 55 * (1 + 0.10 * rng.standard_normal((2000, n)))
+    d = np.log(cand / base)
+    _, low, high, method = log_ratio_interval(d, 0.95, n_resamples=2000, rng=rng)
+    assert method == METHOD_HULL
+    coverage = float(np.mean((low <= 0) & (high >= 0)))
+    assert coverage >= 0.93, coverage
+    # Why not a plain percentile bootstrap: on the same experiments it misses far more often.
+    pct = sst.bootstrap((d,), np.mean, axis=-1, method="percentile", n_resamples=2000, rng=rng)
+    pct_cov = float(np.mean((pct.confidence_interval.low <= 0) & (pct.confidence_interval.high >= 0)))
+    assert pct_cov < coverage - 0.05, (pct_cov, coverage)
+
+
+def test_coverage_with_a_real_effect() -> None:
+    rng = np.random.default_rng(7)
+    base = 55 * (1 + 0.10 * rng.standard_normal((2000, 4)))
+    cand = 55 * 1.08 * (1 + 0.10 * rng.standard_normal((2000, 4)))
+    _, low, high, _ = log_ratio_interval(np.log(cand / base), n_resamples=2000, rng=rng)
+    # truth on the log scale: E log(1.08 (1+e1)/(1+e2)) = log 1.08 (the noise terms cancel)
+    truth = math.log(1.08)
+    assert float(np.mean((low <= truth) & (high >= truth))) >= 0.93
+
+
+# ---------------------------------------------------------------------------------------- classify
+
+
+def _ci(low: float, high: float, n: int = 6) -> DiffCI:
+    return DiffCI((low + high) / 2, low, high, n, METHOD_HULL)
+
+
+def test_classify_each_branch() -> None:
+    assert classify(_ci(0.06, 0.20), 0.05) == "gain"
+    assert classify(_ci(-0.20, -0.06), 0.05) == "regression"
+    assert classify(_ci(-0.04, 0.05), 0.05) == "flat"
+    assert classify(_ci(0.02, 0.12), 0.05) == "inconclusive"
+    assert classify(_ci(-0.30, 0.30), 0.05) == "inconclusive"
+    assert classify(None, 0.05) == "inconclusive"
+    assert classify(_ci(0.05, 0.20), 0.05) == "inconclusive"  # touching the edge is not clearing it
+
+
+def test_acceptance_curve_helpers() -> None:
+    assert decay(DOMAIN_K7) == pytest.approx(0.35 / 0.94)
+    assert decay([]) is None and decay([0.0, 0.0]) is None
+    assert not tail_collapsed(DOMAIN_K7)
+    assert tail_collapsed([0.7, 0.4, 0.15])
+    assert tail_collapsed(DOMAIN_K7, floor=0.4)
+    assert not tail_collapsed([])
+    assert VerdictRule(tail_floor=0.5).tail_collapsed(DOMAIN_K7)
+
+
+# ----------------------------------------------------------------------------------------- verdict
+
+
+def _cell(outcome: str, concurrency: int = 1, prompt_class: str = "code", metric: str = "decode_tok_s") -> CellVerdict:
+    ci = {
+        "gain": _ci(0.08, 0.20),
+        "regression": _ci(-0.20, -0.08),
+        "flat": _ci(-0.03, 0.03),
+        "inconclusive": _ci(-0.10, 0.20),
+    }[outcome]
+    key = CellKey(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128)
+    cell = CellVerdict.from_ci("k7", key, metric, ci, band=0.05)
+    assert cell.outcome == outcome
+    return cell
+
+
+def test_verdict_promote() -> None:
+    cells = [_cell("gain", 1), _cell("flat", 4), _cell("gain", 8), _cell("regression", 64)]  # c=64 undeclared
+    cells.append(_cell("regression", 1, metric="ttft_ms"))  # other metrics do not vote
+    v = experiment_verdict(cells, [], [], [1, 4, 8])
+    assert v.decision == "PROMOTE" and v.needs_more_blocks == []
+    assert any(r.startswith("gain") for r in v.reasons)
+
+
+def test_verdict_revert_on_regression() -> None:
+    v = experiment_verdict([_cell("gain", 1), _cell("regression", 4)], [], [], [1, 4])
+    assert v.decision == "REVERT"
+    assert any("regression" in r and "c=4" in r for r in v.reasons)
+
+
+def test_verdict_revert_on_tail_collapse() -> None:
+    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], ["k7"], [], [1, 4])
+    assert v.decision == "REVERT" and any("tail collapse" in r for r in v.reasons)
+
+
+def test_verdict_revert_on_correctness_even_when_faster() -> None:
+    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], [], ["k7: probe 3 diverges at token 17"], [1, 4])
+    assert v.decision == "REVERT"
+    assert any("correctness" in r and "despite 2 faster" in r for r in v.reasons)
+
+
+def test_verdict_inconclusive_lists_cells() -> None:
+    cells = [_cell("gain", 1), _cell("inconclusive", 4, "prose"), _cell("inconclusive", 8)]
+    v = experiment_verdict(cells, [], [], [1, 4, 8])
+    assert v.decision == "INCONCLUSIVE"
+    assert [(c.key.concurrency, c.key.prompt_class) for c in v.needs_more_blocks] == [(4, "prose"), (8, "code")]
+
+
+def test_verdict_flat_and_missing_cells() -> None:
+    flat = [_cell("flat", 1), _cell("flat", 4)]
+    assert experiment_verdict(flat, [], [], [1, 4]).decision == "INCONCLUSIVE"
+    assert experiment_verdict(flat, [], [], [1, 4], VerdictRule(require_gain=False)).decision == "PROMOTE"
+    # a declared concurrency with no result (rejected cell) blocks PROMOTE
+    v = experiment_verdict([_cell("gain", 1)], [], [], [1, 8])
+    assert v.decision == "INCONCLUSIVE" and any("c=8" in r for r in v.reasons)
+    assert experiment_verdict([], [], [], [1]).decision == "INCONCLUSIVE"
+
+
+# -------------------------------------------------------------------------------------- cost model
+
+
+def test_cost_model_predicts_hand_computed_best_k() -> None:
+    a, b = 0.020, 0.005
+    tokens = {k: 1 + sum(DOMAIN_K7[:k]) for k in range(1, 8)}
+    # two arms measured: k=5 and k=7; step time recovered from decode tok/s and acceptance length
+    points = [(k, step_time_from(tokens[k] / (a + b * k), tokens[k])) for k in (5, 7)]
+    model = fit_step_time(points)
+    assert model.a == pytest.approx(a) and model.b == pytest.approx(b)
+    pred = predict_k(DOMAIN_K7, points[1][1], k_measured=7, k_max=9, step_model=model)
+    # by hand: k=4 4.26/.040=106.5, k=5 4.87/.045=108.2, k=6 5.36/.050=107.2, k=7 5.71/.055=103.8
+    assert pred.best_k == 5
+    assert pred.at(5).decode_tok_s == pytest.approx(4.87 / 0.045)
+    assert pred.at(6).decode_tok_s == pytest.approx(5.36 / 0.050)
+    assert pred.at(7).tokens_per_step == pytest.approx(5.71) and not pred.at(7).extrapolated
+    # past k=7 the tail continues geometrically with the fitted ratio of the deepest positions
+    assert pred.at(8).extrapolated and 0.7 < pred.tail_ratio < 0.85
+    assert pred.at(8).tokens_per_step == pytest.approx(5.71 + 0.35 * pred.tail_ratio)
+    # cross-arm check: what the k=7 arm predicts at k=5 vs the k=5 arm's measurement
+    assert prediction_error(pred.at(5).decode_tok_s, tokens[5] / (a + b * 5)) == pytest.approx(0.0, abs=1e-9)
+    assert prediction_error(110.0, 100.0) == pytest.approx(0.10)
+
+
+def test_cost_model_without_step_slope_prefers_deepest_k() -> None:
+    pred = predict_k(DOMAIN_K7, 0.03)
+    assert [r.k for r in pred.rows] == list(range(1, 11))
+    assert pred.best_k == 10  # constant step time: every accepted position is free
+    assert fit_step_time([(5, 0.03), (5, 0.032)]).b == 0.0
+    assert fit_step_time([(5, 0.04), (7, 0.03)]).b == 0.0  # a falling slope is noise
+    one = predict_k([0.6], 0.02, k_max=3)
+    assert one.tail_ratio == pytest.approx(0.6)  # i.i.d. fallback with a single position
+    assert one.at(3).tokens_per_step == pytest.approx(1 + 0.6 + 0.36 + 0.216)
+    with pytest.raises(ValueError):
+        predict_k(DOMAIN_K7, 0.03, k_measured=5)
+
+
+# ------------------------------------------------------------------------------- adaptive stopping
+
+
+def test_adaptive_stops_early_on_big_effect_not_on_null() -> None:
+    rng = np.random.default_rng(8)
+    base = 55 * (1 + 0.05 * rng.standard_normal(10))
+    big = 55 * 1.4 * (1 + 0.05 * rng.standard_normal(10))
+    null = 55 * (1 + 0.05 * rng.standard_normal(10))
+
+    def blocks_used(cand: np.ndarray) -> int:
+        n = 1
+        while True:
+            ci = relative_diff_ci(base[:n], cand[:n], n_resamples=2000)
+            if not adaptive_decision({"c1": ci}, 0.05, n, 3, 10).add_block:
+                return n
+            n += 1
+
+    assert blocks_used(big) == 3
+    assert blocks_used(null) == 10
+    stop = adaptive_decision({"c1": _ci(-0.1, 0.1), "c4": _ci(0.1, 0.2)}, 0.05, 10, 3, 10)
+    assert not stop.add_block and stop.pending == ["c1"] and "maximum" in stop.reason
+
+
+def test_simulation_design_comparison() -> None:
+    rng = np.random.default_rng(9)
+    big = simulate(1000, 0.40, 0.10, 0.05, 3, 10, adaptive=True, rng=rng, n_resamples=1000)
+    assert big.mean_blocks < 4 and big.decision_rates["gain"] > 0.95 and big.wrong_rate == 0
+    null = simulate(1000, 0.0, 0.10, 0.05, 3, 10, adaptive=True, rng=rng, n_resamples=0)
+    assert null.mean_blocks > 9 and null.decision_rates["inconclusive"] > 0.9
+    fixed = simulate(1000, 0.0, 0.10, 0.05, 3, 6, adaptive=False, rng=rng, n_resamples=0)
+    assert fixed.mean_blocks == 6 and sum(fixed.decision_rates.values()) == pytest.approx(1.0)
+    assert wrong_call("gain", 0.03, 0.05) and wrong_call("regression", 0.10, 0.05)
+    assert wrong_call("flat", 0.08, 0.05) and not wrong_call("inconclusive", 0.0, 0.05)
