@@ -14,13 +14,13 @@ import contextvars
 import json
 import os
 
-from tasks import bench
+from specwatch.bench import client, gauge, runner
 
 _CONCURRENCY: contextvars.ContextVar[int | None] = contextvars.ContextVar("capture_concurrency", default=None)
 _OUT = open(os.environ["SPECWATCH_CAPTURE"], "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
 
-_orig_run_cell = bench._run_cell
-_orig_stream = bench.Client.stream_completion
+_orig_run_cell = runner.run_cell
+_orig_stream = client.Client.stream
 
 
 async def _metrics_text(client) -> str:  # type: ignore[no-untyped-def]
@@ -28,19 +28,20 @@ async def _metrics_text(client) -> str:  # type: ignore[no-untyped-def]
     return resp.text
 
 
-async def _run_cell(client, concurrency, *args, **kwargs):  # type: ignore[no-untyped-def]
+async def _run_cell(bench_client, key, *args, **kwargs):  # type: ignore[no-untyped-def]
     # The server's own histograms (decode time, TTFT) over the cell, read outside the cell's window:
     # before its prompts are built (no generation then) and after it returned.
-    _OUT.write(json.dumps({"c": concurrency, "metrics_before": await _metrics_text(client)}) + "\n")
+    concurrency = key.concurrency
+    _OUT.write(json.dumps({"c": concurrency, "metrics_before": await _metrics_text(bench_client)}) + "\n")
     token = _CONCURRENCY.set(concurrency)
     try:
-        return await _orig_run_cell(client, concurrency, *args, **kwargs)
+        return await _orig_run_cell(bench_client, key, *args, **kwargs)
     finally:
         _CONCURRENCY.reset(token)
-        _OUT.write(json.dumps({"c": concurrency, "metrics_after": await _metrics_text(client)}) + "\n")
+        _OUT.write(json.dumps({"c": concurrency, "metrics_after": await _metrics_text(bench_client)}) + "\n")
 
 
-async def _stream_completion(self, index, prompt, max_tokens):  # type: ignore[no-untyped-def]
+async def _stream(self, index, prompt, max_tokens):  # type: ignore[no-untyped-def]
     c = _CONCURRENCY.get()
     if c is not None:
         _OUT.write(json.dumps({"c": c, "index": index, "prompt": prompt.text}) + "\n")
@@ -51,8 +52,8 @@ async def _stream_completion(self, index, prompt, max_tokens):  # type: ignore[n
     return sample, output
 
 
-bench._run_cell = _run_cell
-bench.Client.stream_completion = _stream_completion
+runner.run_cell = _run_cell
+client.Client.stream = _stream
 
 
 # SPECWATCH_NAMESPACE pins the nonce namespace, so a second `specwatch bench` run sends byte-identical
@@ -60,16 +61,21 @@ bench.Client.stream_completion = _stream_completion
 if os.environ.get("SPECWATCH_NAMESPACE"):
     import dataclasses
 
-    _orig_benchmark = bench.benchmark
+    _orig_prepare, _orig_measure = runner.prepare, runner.measure_cells
 
-    async def _benchmark(target, *args, **kwargs):  # type: ignore[no-untyped-def]
-        pinned = dataclasses.replace(target, namespace=os.environ["SPECWATCH_NAMESPACE"])
-        return await _orig_benchmark(pinned, *args, **kwargs)
+    def _pinned(target):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(target, namespace=os.environ["SPECWATCH_NAMESPACE"])
 
-    bench.benchmark = _benchmark
+    async def _prepare(target, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return await _orig_prepare(_pinned(target), *args, **kwargs)
+
+    async def _measure(target, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return await _orig_measure(_pinned(target), *args, **kwargs)
+
+    runner.prepare, runner.measure_cells = _prepare, _measure
 
 
 # SPECWATCH_GAUGE_PERIOD_S overrides how often the client polls /metrics for the running-requests gauge
-# while a cell runs (tasks.bench.GAUGE_PERIOD_S, 0.2 s): real_server.py --gauge-period-s shows its cost.
+# while a cell runs (specwatch.bench.gauge.GAUGE_PERIOD_S, 0.2 s): real_server.py --gauge-period-s shows its cost.
 if os.environ.get("SPECWATCH_GAUGE_PERIOD_S"):
-    bench.GAUGE_PERIOD_S = float(os.environ["SPECWATCH_GAUGE_PERIOD_S"])
+    gauge.GAUGE_PERIOD_S = float(os.environ["SPECWATCH_GAUGE_PERIOD_S"])

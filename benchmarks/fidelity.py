@@ -75,7 +75,7 @@ async def _raw_wave(url: str, bodies: list[tuple[str, bytes]]) -> list[tuple[str
         writer.close()
         return rid, ttft
 
-    return await asyncio.gather(*(one(conn, rid, body) for conn, (rid, body) in zip(conns, bodies)))
+    return await asyncio.gather(*(one(conn, rid, body) for conn, (rid, body) in zip(conns, bodies, strict=True)))
 
 
 def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple[float, float]]:
@@ -86,9 +86,9 @@ def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple
     """
     import json
 
-    from specwatch.prompts import seeded_content
+    from specwatch.bench.prompts import Prompt, seeded_content
+    from specwatch.bench.protocols import Completions
     from specwatch.spec import SamplingSpec
-    from tasks.bench import _payload
 
     C.reset_truth(url)
     out = []
@@ -97,7 +97,7 @@ def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple
         for i in range(c):
             text = f"unique request raw{time.time_ns()}x{i} " + seeded_content(a.prompt_class, 0, i,
                                                                               a.prompt_tokens * 4)
-            payload = _payload("demo", text, a.max_tokens, SamplingSpec(), stream=True)
+            payload = Completions().body("demo", Prompt(text, 0, ""), a.max_tokens, SamplingSpec())
             bodies.append((f"raw-c{c}-{w}-{i}", json.dumps(payload).encode()))
         got = asyncio.run(_raw_wave(url, bodies))
         recs = {r["request_id"]: r for r in C.truth(url)["records"]}
@@ -183,7 +183,7 @@ def analyse(c: int, cell: CellResult, tr: dict, lag: list[float], util: dict[int
 
 
 def report(a: argparse.Namespace, rows: list[dict], note: str, floors: dict[int, list[tuple[float, float]]]) -> None:
-    per_cell = ", ".join("c%d:%d" % (r["c"], r["n"]) for r in rows)
+    per_cell = ", ".join(f"c{r['c']}:{r['n']}" for r in rows)
     tps = 1 + sum(float(x) for x in a.accept_probs.split(",")[: a.k])
     print()
     print("=" * 100)
@@ -225,7 +225,8 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, floors: dict[int,
     print(C.table(
         ["c", "drafts w/t", "accepted w/t", "mean acc len (client)", "mean acc len (truth)", "per-pos (client)",
          "exact"],
-        [[r["c"], f"{r['w'].num_drafts:.0f}/{r['t']['drafts']}", f"{r['w'].num_accepted_tokens:.0f}/{r['t']['accepted']}",
+        [[r["c"], f"{r['w'].num_drafts:.0f}/{r['t']['drafts']}",
+          f"{r['w'].num_accepted_tokens:.0f}/{r['t']['accepted']}",
           f"{r['w'].mean_acceptance_length:.6f}", f"{r['t']['mean_acceptance_length']:.6f}",
           " ".join(f"{p:.3f}" for p in r["w"].acceptance_per_position or []), "yes" if r["acc_exact"] else "NO"]
          for r in rows]))

@@ -1,7 +1,7 @@
 """Scale proof for the history (issue 5, "Scale"): a year of nightly runs in one DuckDB file.
 
 Writes `--runs` nightly runs (default 365, one per night ending today) into a fresh DuckDB file
-through the same path as `tasks.ingest.ingest` (per run, one transaction: delete the run's rows
+through the same path as `specwatch.store.ingest.ingest` (per run, one transaction: delete the run's rows
 via sql/ingest/delete_*.sql, then `db.append` one DataFrame per table), then times every history
 view and named query on the result. Prints a table; nothing asserts.
 
@@ -11,7 +11,7 @@ Shape of one run (defaults): 2 arms (ngram k=3 baseline, k=5) x 3 restart blocks
 365 runs -> 10.09 M request rows.
 
 Frames are built with numpy (pydantic records for 10 M requests would take far longer than the
-ingest itself) but carry exactly the columns `tasks.ingest.frames` writes: the script checks
+ingest itself) but carry exactly the columns `specwatch.store.ingest.frames` writes: the script checks
 that against `frames()` of a records_factory run before it starts. One deliberate addition:
 quality_results.created_at is set to the run's end (ingest leaves it to the column default,
 "now"), so that a backfilled year has a past, and `regressions-last-7d` sees last week only.
@@ -20,8 +20,8 @@ The synthetic history: vLLM 0.27.0 -> 0.32.0, one version every ~2 months, each 
 planted slowdowns: the k=5 arm on 0.30.0 (-12 %) and both arms on the last 2 nights (-15 %),
 so those runs carry failed regression rows (baseline: the previous version's unflagged runs).
 
-    PYTHONPATH=. /tmp/pv/bin/python benchmarks/history_scale.py                 # full size
-    PYTHONPATH=. /tmp/pv/bin/python benchmarks/history_scale.py --runs 30 --requests-per-cell 64
+    .venv/bin/python benchmarks/history_scale.py                 # full size
+    .venv/bin/python benchmarks/history_scale.py --runs 30 --requests-per-cell 64
 """
 
 from __future__ import annotations
@@ -46,11 +46,10 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from specwatch import db  # noqa: E402
-from specwatch import queries  # noqa: E402
-from specwatch.records import QualityRecord  # noqa: E402
+from specwatch.records import CellKey, QualityRecord  # noqa: E402
 from specwatch.spec import load_spec  # noqa: E402
-from tasks.ingest import TABLES, frames  # noqa: E402
+from specwatch.store import db, queries  # noqa: E402
+from specwatch.store.ingest import TABLES, frames  # noqa: E402
 
 VERSIONS = ["0.27.0", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]
 ARMS = [("k3", 3), ("k5", 5)]
@@ -69,7 +68,7 @@ def version_of(night: int, nights: int) -> str:
 
 
 class Generator:
-    """Frames for one run, built with numpy; same columns as tasks.ingest.frames."""
+    """Frames for one run, built with numpy; same columns as specwatch.store.ingest.frames."""
 
     def __init__(self, nights: int, blocks: int, rpc: int, seed: int = 0) -> None:
         self.nights, self.blocks, self.rpc = nights, blocks, rpc
@@ -86,6 +85,10 @@ class Generator:
                            "max_position_embeddings": 1024, "dspark_block_size": None,
                            "num_nextn_predict_layers": None, "shards": 1}
         self.cells = [(c, pc) for c in CONCURRENCY for pc in CLASSES]
+        # the `cell` column: CellKey.id of each closed-loop cell, e.g. 'closed/c4/code/p128'
+        self.cell_ids = [CellKey(concurrency=c, prompt_class=pc, prompt_tokens=PROMPT_TOKENS).id
+                         for c, pc in self.cells]
+        self.cell_of = {cid: cell for cid, cell in zip(self.cell_ids, self.cells, strict=True)}
         self.end = datetime.now(UTC).replace(hour=2, minute=0, second=0, microsecond=0)
 
     def run(self, night: int) -> tuple[str, dict[str, pd.DataFrame]]:
@@ -101,6 +104,7 @@ class Generator:
         # ---- requests: decode rate per stream = expected(arm, cell, version, night) x noise
         conc = np.array([c for c, _ in self.cells])
         cls = np.array([pc for _, pc in self.cells])
+        cid = np.array(self.cell_ids)
         base, mal = expected(vi, night, self.nights, self.cells)
         rate = np.broadcast_to(base[:, None, :, None], (na, B, nc, R)).reshape(n)
         rate = rate * rng.lognormal(0.0, 0.06, n)
@@ -119,8 +123,7 @@ class Generator:
             "run_id": run_id,
             "arm": arm_col,
             "block": block_col,
-            "concurrency": cell_conc,
-            "prompt_class": np.tile(np.repeat(cls, R), na * B),
+            "cell": np.tile(np.repeat(cid, R), na * B),
             "prompt_tokens": PROMPT_TOKENS,
             "status": np.where(ok, "ok", "error"),
             "error": np.where(ok, None, "ReadTimeout: planted"),
@@ -130,7 +133,8 @@ class Generator:
             "ttft_s": np.where(ok, ttft, np.nan),
             "e2e_s": np.where(ok, ttft + decode_s, np.nan),
             "decode_s": np.where(ok, decode_s, np.nan),
-            "chunk_gap_median_s": np.where(ok, decode_s / chunks, np.nan),
+            # one arrival group per chunk: no stream was buffered into bursts
+            "arrival_groups": pd.arrays.IntegerArray(np.where(ok, chunks, 0), ~ok),
             "repetition_ratio": np.where(ok, rng.uniform(0.05, 0.2, n), np.nan),
             "decode_tok_s": np.where(ok, rate, np.nan),
             "idx": idx,
@@ -154,7 +158,10 @@ class Generator:
             "run_id": run_id,
             "arm": np.repeat([a for a, _ in ARMS], B * nc),
             "block": np.tile(np.repeat(np.arange(1, B + 1), nc), na),
+            "cell": np.tile(cid, na * B),
+            "load_mode": "closed",
             "concurrency": np.tile(conc, na * B),
+            "request_rate": None,
             "prompt_class": np.tile(cls, na * B),
             "prompt_tokens": PROMPT_TOKENS,
             "max_tokens": MAX_TOKENS,
@@ -195,10 +202,9 @@ class Generator:
             scale = (row.mean_acceptance_length - 1) / sum(ACCEPT[row.prompt_class][:k])
             for p in range(k):
                 rate_p = ACCEPT[row.prompt_class][p] * scale
-                pos_rows.append((run_id, row.arm, row.block, row.concurrency, row.prompt_class, p,
-                                 rate_p * row.num_drafts, rate_p))
-        positions = pd.DataFrame(pos_rows, columns=["run_id", "arm", "block", "concurrency", "prompt_class",
-                                                    "position", "accepted", "acceptance"])
+                pos_rows.append((run_id, row.arm, row.block, row.cell, p, rate_p * row.num_drafts, rate_p))
+        positions = pd.DataFrame(pos_rows, columns=["run_id", "arm", "block", "cell", "position", "accepted",
+                                                    "acceptance"])
         arm_rows, probe_rows = [], []
         for ai, (arm, k) in enumerate(ARMS):
             for b in range(1, B + 1):
@@ -243,8 +249,8 @@ class Generator:
         out = []
         for row in cells.itertuples(index=False):
             for metric in SANITY:
-                out.append((row.arm, row.block, row.concurrency, row.prompt_class, f"sanity.{metric}", metric,
-                            0.0, None, 1.0, True, "invalid", "within bounds"))
+                out.append((row.arm, row.block, row.cell, row.concurrency, row.prompt_class, f"sanity.{metric}",
+                            metric, 0.0, None, 1.0, True, "invalid", "within bounds"))
         if vi > 0:
             base_decode, base_mal = expected(vi - 1, 0, self.nights, self.cells, planted=False)
             arm_index = {a: i for i, (a, _) in enumerate(ARMS)}
@@ -257,17 +263,19 @@ class Generator:
                     ("regression.acceptance_length", "mean_acceptance_length", row.mean_acceptance_length,
                      base_mal[ai, ci]),
                 ):
-                    out.append((row.arm, row.block, row.concurrency, row.prompt_class, check, metric, v, b, 0.05,
-                                v / b - 1 >= -0.05, "regression",
+                    out.append((row.arm, row.block, row.cell, row.concurrency, row.prompt_class, check, metric, v, b,
+                                0.05, v / b - 1 >= -0.05, "regression",
                                 f"{metric} {v:.4g} vs baseline {b:.4g} ({100 * (v / b - 1):+.1f}%, band 5%)"))
             for row in positions.itertuples(index=False):
-                b = ACCEPT[row.prompt_class][row.position] * accepted_scale
-                out.append((row.arm, row.block, row.concurrency, row.prompt_class, "regression.acceptance_position",
+                concurrency, prompt_class = self.cell_of[row.cell]
+                b = ACCEPT[prompt_class][row.position] * accepted_scale
+                out.append((row.arm, row.block, row.cell, concurrency, prompt_class, "regression.acceptance_position",
                             f"acceptance_pos_{row.position}", row.acceptance, b, 0.05,
                             row.acceptance / b - 1 >= -0.05, "regression",
                             f"acceptance at position {row.position} {row.acceptance:.3f} vs baseline {b:.3f}"))
-        frame = pd.DataFrame(out, columns=["arm", "block", "concurrency", "prompt_class", "check_name", "metric",
-                                           "value", "baseline_value", "threshold", "passed", "severity", "detail"])
+        frame = pd.DataFrame(out, columns=["arm", "block", "cell", "concurrency", "prompt_class", "check_name",
+                                           "metric", "value", "baseline_value", "threshold", "passed", "severity",
+                                           "detail"])
         frame.insert(0, "run_id", run_id)
         frame["created_at"] = created
         return frame
@@ -294,7 +302,7 @@ def expected(vi: int, night: int, nights: int, cells: list[tuple[int, str]], pla
 
 
 def expected_columns() -> dict[str, set[str]]:
-    """The columns tasks.ingest.frames writes, from a records_factory run with a quality row."""
+    """The columns specwatch.store.ingest.frames writes, from a records_factory run with a quality row."""
     from specwatch_testing import records as rf
 
     result = rf.run()
@@ -304,7 +312,7 @@ def expected_columns() -> dict[str, set[str]]:
 
 
 def ingest_frames(con, run_id: str, tables: dict[str, pd.DataFrame], split: dict[str, float]) -> None:
-    """tasks.ingest.ingest for prebuilt frames: delete the run's rows, append, one transaction."""
+    """specwatch.store.ingest.ingest for prebuilt frames: delete the run's rows, append, one transaction."""
     t0 = time.perf_counter()
     con.begin()
     try:
@@ -359,7 +367,7 @@ def main() -> None:
     for table, frame in sample.items():
         extra = {"created_at"} if table == "quality_results" else set()
         if set(frame.columns) != want[table] | extra:
-            sys.exit(f"{table}: columns differ from tasks.ingest.frames: "
+            sys.exit(f"{table}: columns differ from specwatch.store.ingest.frames: "
                      f"{sorted(set(frame.columns) ^ (want[table] | extra))}")
     gen = Generator(args.runs, args.blocks, args.requests_per_cell)  # same seed: run 0 again
 
@@ -422,8 +430,10 @@ def main() -> None:
         cases.append((label.strip(), lambda n=name, p=params: queries.run_named(con, n, p)))
     # for contrast only: what the views avoid by reading the per-cell aggregates stored at ingest
     cases.append(("(contrast) medians recomputed from raw requests", lambda: con.execute(
-        "SELECT run_id, arm, block, concurrency, prompt_class, median(decode_tok_s) AS decode_tok_s_median, "
-        "median(ttft_s) AS ttft_s_median FROM requests WHERE status = 'ok' GROUP BY ALL").df()))
+        "SELECT q.run_id, q.arm, q.block, c.concurrency, c.prompt_class, "
+        "median(q.decode_tok_s) AS decode_tok_s_median, median(q.ttft_s) AS ttft_s_median "
+        "FROM requests q JOIN cells c USING (run_id, arm, block, cell) "
+        "WHERE q.status = 'ok' GROUP BY ALL").df()))
     results = []
     for label, fn in cases:
         first, med, frame = timed(fn, args.repeat)

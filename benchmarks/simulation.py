@@ -12,7 +12,6 @@ from numpy.typing import NDArray
 from specwatch.analysis.decision import OUTCOMES, Outcome
 from specwatch.analysis.intervals import log_ratio_interval
 
-
 _CODE = {name: i for i, name in enumerate(OUTCOMES)}
 
 def _classify_codes(low: NDArray[np.float64], high: NDArray[np.float64], band: float) -> NDArray[np.int8]:

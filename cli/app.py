@@ -305,6 +305,7 @@ def sql(
         except queries.QueryError as exc:
             raise _fail(str(exc)) from None
     else:
+        assert query is not None  # checked above: SQL or --name
         con = database.connect(path, read_only=True)
         try:
             frame = database.query_df(con, query)

@@ -10,11 +10,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import httpx
 
 from specwatch import paths
 from specwatch.engine import processes

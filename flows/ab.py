@@ -10,6 +10,7 @@ import os
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.concurrency.sync import concurrency
@@ -51,7 +52,7 @@ class RunOutcome(BaseModel):
     error: str | None = None
 
 
-def _stop_servers(*_: object) -> None:
+def _stop_servers(flow: Any, flow_run: Any, state: Any) -> None:
     processes.stop_all()
 
 

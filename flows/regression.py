@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
@@ -46,15 +46,19 @@ def notify(block: str, message: str) -> None:
 
     try:
         # Webhook.call is async-only in Prefect 3; this flow is sync, so no loop is running here
-        asyncio.run(Webhook.load(block).call({"text": message}))
+        hook = cast(Webhook, Webhook.load(block))  # a sync context: load returns the block itself
+        asyncio.run(hook.call({"text": message}))
     except Exception as exc:  # a notification is best effort; the run's state carries the result
         get_run_logger().warning("notification through block %r failed: %s", block, exc)
+
+
+DEFAULT_BASELINE = BaselinePolicy()  # frozen by Prefect into the parameter schema, never mutated
 
 
 @flow(name="specwatch-regression", log_prints=True)
 def regression(
     experiment_file: str,
-    baseline: BaselinePolicy = BaselinePolicy(),
+    baseline: BaselinePolicy = DEFAULT_BASELINE,
     cluster: str = "local",
     db: str | None = None,
     notify_block: str | None = None,

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
-
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
-
 
 # Chunks closer together than this arrived in the same read: one "arrival group". No real
 # decode step is this short.
@@ -27,7 +24,7 @@ MIN_GROUP_SHARE = 0.25
 MAX_COALESCED_SHARE = 0.25
 
 
-RESULTS_SCHEMA_VERSION = 2
+RESULTS_SCHEMA_VERSION: Literal[2] = 2
 LoadMode = Literal["closed", "rate"]
 
 

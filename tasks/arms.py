@@ -14,7 +14,8 @@ from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
 
 
 @task(name="measure_cells")
-def measure_cells(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, gates: Gates) -> list[CellResult]:
+def measure_cells(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+                  gates: Gates) -> list[CellResult]:
     return Isolated().measure(target, workload, sampling, gates)
 
 

@@ -28,6 +28,7 @@ import pytest  # noqa: E402
 from specwatch.records import ImageRef  # noqa: E402
 from specwatch.spec import GeneratedModel, ImageSpec  # noqa: E402
 
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # The image venv alone is ~3.5 GB: never leave it behind in /tmp.
     shutil.rmtree(_STATE, ignore_errors=True)

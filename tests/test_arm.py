@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from specwatch.engine import processes
-from specwatch.records import CheckpointFacts, ImageRef
-from specwatch.spec import ExperimentSpec
 from specwatch.engine.arm import k_from_log, run_arm
 from specwatch.engine.launchers import LaunchContext
+from specwatch.records import CheckpointFacts, ImageRef
+from specwatch.spec import ExperimentSpec
 
 SERVE = "{{python}} -m specwatch_testing.fake_vllm --port {{port}} --served-model-name {{served_name}} " \
         "--spec-config {{spec_config}} --step-ms 5 --accept-probs 0.9,0.8,0.7,0.6,0.5,0.4,0.3 {extra}"
@@ -56,7 +55,8 @@ def test_command_arm_runs_and_confirms_k_from_metrics(tmp_path: Path) -> None:
 
 def test_server_running_another_k_fails_the_arm(tmp_path: Path) -> None:
     # the serve script ignores the arm's config and runs k=5
-    spec = experiment(extra="--spec-config '{{\"method\":\"ngram\",\"num_speculative_tokens\":5}}'")  # braces doubled: a format template
+    # braces doubled: a format template
+    spec = experiment(extra="--spec-config '{{\"method\":\"ngram\",\"num_speculative_tokens\":5}}'")
     result = launch(tmp_path, spec)
     assert result.status == "failed"
     assert "asks for k=3 but the server runs k=5 (from metrics)" in result.reason

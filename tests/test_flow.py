@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from specwatch.spec import ExperimentSpec
-from specwatch_testing.server import run_fake_vllm
 from specwatch_testing.records import query as q
+from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 

@@ -20,7 +20,8 @@ def test_history_lists_series_with_the_planted_change_point(tmp_path: Path) -> N
     for night in range(30):
         # nights 0-14 decode in ~1.0 s per 32 tokens, nights 15-29 in ~1.1 s: a 9% slowdown
         decode_s = (1.0 if night < 15 else 1.1) * (1 + rng.normal(0, 0.01))
-        result = rf.run(run_id=f"2026110{night:02d}T020000Z-aaaaaa", arms=[rf.arm("k3", 3, decode_s, [80.0, 60.0, 40.0])])
+        result = rf.run(run_id=f"2026110{night:02d}T020000Z-aaaaaa",
+                        arms=[rf.arm("k3", 3, decode_s, [80.0, 60.0, 40.0])])
         result.started_at = rf.T0 + timedelta(days=night)
         ingest(result, db)
     res = CliRunner().invoke(app, ["history", "--db", str(db), "--plots", str(tmp_path / "plots")])

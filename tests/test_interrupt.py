@@ -14,7 +14,6 @@ import httpx
 import pytest
 
 from specwatch.bench.metrics import running_requests
-
 from specwatch_testing.server import REPO
 
 # A launch of a command-launcher arm whose cells take a while, in a process of its own.
@@ -27,7 +26,8 @@ from specwatch.spec import ExperimentSpec
 from specwatch.engine.arm import run_arm
 from specwatch.engine.launchers import LaunchContext
 processes.install_signal_handlers()
-cmd = "{python} -m specwatch_testing.fake_vllm --port {port} --served-model-name {served_name} --spec-config {spec_config} --step-ms 40"
+cmd = ("{python} -m specwatch_testing.fake_vllm --port {port} --served-model-name {served_name} "
+       "--spec-config {spec_config} --step-ms 40")
 spec = ExperimentSpec.model_validate({
     "name": "t", "model": {"generate": {}, "served_name": "demo"}, "images": [{"name": "i", "version": "0"}],
     "arms": [{"name": "a", "image": "i", "launcher": "command", "command": cmd,

@@ -9,7 +9,8 @@ from specwatch.engine import processes
 # A parent that forks a child into its own process group, as vLLM forks engine workers.
 TREE = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); " \
        "print('up', flush=True); time.sleep(300)"
-STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(300)"
+STUBBORN = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
+            "time.sleep(300)")
 
 
 def alive(pid: int) -> bool:

@@ -9,10 +9,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from specwatch.store.db import connect
 from specwatch.records import CellKey, QualityRecord
 from specwatch.spec import Thresholds
 from specwatch.store.checks import SANITY_BOUNDS, run_checks
+from specwatch.store.db import connect
 from tasks.quality import check_quality
 
 RUN = "run-1"
@@ -93,7 +93,8 @@ Overrides = dict[tuple[int, str], dict[str, Any]]
 
 
 def add_grid(
-    con: duckdb.DuckDBPyConnection, arm: str, k: int | None, positions: list[float] | None, over: Overrides | None = None
+    con: duckdb.DuckDBPyConnection, arm: str, k: int | None, positions: list[float] | None,
+    over: Overrides | None = None,
 ) -> None:
     """Arm with a 2x2 grid of cells; `over[(concurrency, prompt_class)]` overrides one cell's fields."""
     add_arm(con, arm, k)

@@ -28,9 +28,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from specwatch.records import QualityRecord
 from specwatch.store import db
 from specwatch.store import queries as q
-from specwatch.records import QualityRecord
 from specwatch.store.ingest import ingest
 from specwatch_testing import records as rf
 

@@ -14,8 +14,8 @@ import pytest
 from specwatch.engine import processes
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
-from tests.conftest import DEMO_IMAGE
 from specwatch_testing.records import query as rows
+from tests.conftest import DEMO_IMAGE
 
 pytestmark = pytest.mark.real
 
@@ -70,7 +70,7 @@ def test_cells_hold_windowed_acceptance_and_usage_counts(ab_run) -> None:
                      "draft_acceptance_rate, prefix_cache_hit_rate, generation_tokens, decode_tok_s_median "
                      "from cells order by arm, concurrency")
     assert [(c[0], c[1]) for c in cells] == [("k3", 1), ("k3", 2), ("k5", 1), ("k5", 2)]
-    for arm, conc, ok, tokens, mal, dar, hit, gen, decode in cells:
+    for arm, _conc, ok, tokens, mal, dar, hit, gen, decode in cells:
         assert ok == 4 and tokens == 4 * 48
         assert gen == tokens  # the server's own counter over the same window agrees with usage
         k = 3 if arm == "k3" else 5

@@ -16,4 +16,5 @@ def test_argv_flag_values_are_hidden_in_both_spellings() -> None:
 
 def test_secret_values_are_scrubbed_from_free_text() -> None:
     text = "boot failed: invalid token hf_abc for repo"
-    assert redact_text(text, {"HF_TOKEN": "hf_abc", "PORT": "8000"}) == f"boot failed: invalid token {REDACTED} for repo"
+    redacted = redact_text(text, {"HF_TOKEN": "hf_abc", "PORT": "8000"})
+    assert redacted == f"boot failed: invalid token {REDACTED} for repo"

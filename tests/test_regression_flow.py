@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specwatch_testing.server import run_fake_vllm
 from specwatch_testing.records import query as rows
+from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 

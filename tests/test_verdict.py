@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.app import app
+from specwatch.analysis.verdict import assess, decision_records, first_divergence
 from specwatch.records import RunResult
 from specwatch.spec import ExperimentSpec
 from specwatch.store.ingest import ingest
-from specwatch.analysis.verdict import assess, decision_records, first_divergence
 from specwatch_testing import records as rf
 
 NGRAM = {"method": "ngram", "prompt_lookup_max": 4}

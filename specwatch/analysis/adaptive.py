@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from specwatch.analysis.decision import classify
 from specwatch.analysis.intervals import DiffCI
@@ -17,7 +18,7 @@ class StopDecision:
 
 
 def adaptive_decision(
-    cis: Mapping[Hashable, DiffCI | None],
+    cis: Mapping[Any, DiffCI | None],
     band: float,
     blocks_done: int,
     min_blocks: int = 3,

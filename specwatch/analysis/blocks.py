@@ -89,4 +89,4 @@ def pair_blocks(order: Sequence[tuple[str, int]], baseline: str, candidate: str)
         raise ValueError("baseline and candidate must be different arms")
     base = [blk for arm, blk in order if arm == baseline]
     cand = [blk for arm, blk in order if arm == candidate]
-    return list(zip(base, cand))
+    return list(zip(base, cand, strict=False))  # a trailing launch without a partner drops out

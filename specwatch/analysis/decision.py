@@ -93,7 +93,8 @@ def experiment_verdict(
     PROMOTE: every counted cell gain or flat, at least one gain (if rule.require_gain), every
     declared concurrency measured. Otherwise INCONCLUSIVE, with the straddling cells listed.
     """
-    declared = set(declared_concurrency) or {c.concurrency for c in cells if c.metric == rule.metric}
+    declared = set(declared_concurrency) or {
+        c.concurrency for c in cells if c.metric == rule.metric and c.concurrency is not None}
     counted = [c for c in cells if c.metric == rule.metric and c.concurrency in declared]
     gains = [c for c in counted if c.outcome == "gain"]
     regressions = [c for c in counted if c.outcome == "regression"]

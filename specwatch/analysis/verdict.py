@@ -163,10 +163,10 @@ def _c1_figures(result: RunResult, arm: str) -> tuple[float, float] | None:
     rows = [(c.decode_tok_s_median, c.window.mean_acceptance_length)
             for b in _ok_blocks(result, arm) for c in b.cells
             if not c.rejected and c.concurrency == min(x.concurrency for x in b.cells)]
-    rows = [(d, m) for d, m in rows if d and m]
-    if not rows:
+    present = [(d, m) for d, m in rows if d and m]
+    if not present:
         return None
-    return median(d for d, _ in rows), median(m for _, m in rows)
+    return median(d for d, _ in present), median(m for _, m in present)
 
 
 def cost_model(result: RunResult, spec: ExperimentSpec, curves: list[ArmCurve]
@@ -219,7 +219,6 @@ def decision_records(assessment: Assessment, spec: ExperimentSpec) -> list[Quali
     out = []
     for cv in assessment.cells:
         ci = cv.ci
-        finite = ci is not None and math.isfinite(ci.high)
         control = cv.arm in controls
         out.append(QualityRecord(
             arm=cv.arm, block=None, cell=cv.key.id, concurrency=cv.key.concurrency, prompt_class=cv.key.prompt_class,
@@ -227,7 +226,8 @@ def decision_records(assessment: Assessment, spec: ExperimentSpec) -> list[Quali
             value=ci.estimate if ci else None, threshold=band,
             passed=control or cv.outcome != "regression", severity="regression",
             detail=f"{cv.outcome}: " + (f"{ci.estimate:+.1%} [{ci.low:+.1%}, {ci.high:+.1%}] over {ci.n_pairs} block "
-                                        f"pair(s)" if finite else "too few block pairs for an interval"),
+                                        "pair(s)" if ci is not None and math.isfinite(ci.high)
+                                        else "too few block pairs for an interval"),
         ))
     for curve in assessment.curves:
         out.append(QualityRecord(

@@ -9,6 +9,7 @@ anything else with a `stop()` (a container, a remote rank) by `track`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -87,10 +88,8 @@ def stop(proc: subprocess.Popen[bytes], grace_s: float = 20.0) -> int | None:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def stop_all() -> None:

@@ -7,16 +7,13 @@ regenerates the same report from DuckDB alone.
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from statistics import median
 
-from specwatch.records import RunResult
-from specwatch.spec import ExperimentSpec, stored_spec
 from specwatch.analysis.verdict import Assessment, assess
+from specwatch.records import RunResult
 from specwatch.report import plots
 from specwatch.report.rows import headline, verdict_rows
+from specwatch.spec import ExperimentSpec, stored_spec
 
 REPORT_FILE = "report.md"
 
@@ -58,7 +55,8 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         + (f"{wl.duration_s:g} s per cell" if wl.duration_s else f"{wl.requests_per_cell} requests per cell")
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
-        f"- design: {design.blocks} block(s) per arm{f' (adaptive up to {design.max_blocks})' if design.adaptive else ''}"
+        f"- design: {design.blocks} block(s) per arm"
+        f"{f' (adaptive up to {design.max_blocks})' if design.adaptive else ''}"
         f", counterbalanced order {' '.join(f'{a.name}#{a.block}' for a in result.arms)}; varies "
         f"{design.varies or 'inferred'}; {design.probes} greedy probe(s) of {design.probe_tokens} tokens per arm",
     ]
@@ -149,14 +147,14 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
             if c.rejected:
                 notes.append(f"- `{a.name}` block {a.block} c={c.concurrency} {c.prompt_class} rejected: "
                              f"{c.reject_reason}")
-    for arm in spec.arms:
-        if arm.speculative is None:
+    for spec_arm in spec.arms:
+        if spec_arm.speculative is None:
             continue  # repetition only matters where it can inflate acceptance
-        cells = [c for a in result.arms if a.name == arm.name for c in a.cells]
+        cells = [c for a in result.arms if a.name == spec_arm.name for c in a.cells]
         ratios = [c.repetition_ratio_median for c in cells if c.flags and c.repetition_ratio_median is not None]
         if ratios:
-            notes.append(f"- `{arm.name}`: acceptance may be inflated by repetition in {len(ratios)} of {len(cells)} "
-                         f"cell(s) (median repetition ratio {min(ratios):.2f}-{max(ratios):.2f})")
+            notes.append(f"- `{spec_arm.name}`: acceptance may be inflated by repetition in {len(ratios)} of "
+                         f"{len(cells)} cell(s) (median repetition ratio {min(ratios):.2f}-{max(ratios):.2f})")
     return ["## Limitations", *(notes or ["- none recorded"])]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
 
@@ -13,8 +14,8 @@ matplotlib.use("Agg")  # headless hosts and CI have no display
 import matplotlib.pyplot as plt  # noqa: E402
 from scipy import stats as scistats  # noqa: E402
 
-from specwatch.records import RunResult  # noqa: E402
 from specwatch.analysis.verdict import ArmCurve  # noqa: E402
+from specwatch.records import RunResult  # noqa: E402
 
 ACCEPTANCE_PNG = "acceptance_per_position.png"
 DECODE_PNG = "decode_vs_concurrency.png"
@@ -50,9 +51,9 @@ def _mean_ci(values: list[float]) -> tuple[float, float]:
     return m, float(scistats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
 
 
-def decode_plot(result: RunResult, arms: list[str], prompt_classes: list[str], path: Path) -> Path:
+def decode_plot(result: RunResult, arms: list[str], prompt_classes: Sequence[str], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(prompt_classes), figsize=(5.2 * len(prompt_classes), 4.0), squeeze=False)
-    for ax, pclass in zip(axes[0], prompt_classes):
+    for ax, pclass in zip(axes[0], prompt_classes, strict=True):
         for arm in arms:
             per_conc: dict[int, list[float]] = {}
             for block in (a for a in result.arms if a.name == arm and a.status == "ok"):

@@ -12,15 +12,14 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
 
-from specwatch.store.db import load_sql, query_df
 from specwatch.records import CellKey, QualityRecord
 from specwatch.spec import Thresholds
+from specwatch.store.db import load_sql, query_df
 
 if TYPE_CHECKING:
     from great_expectations.data_context import AbstractDataContext
@@ -193,7 +192,8 @@ def _validate(
     """
     import great_expectations as gx
 
-    asset = ctx.data_sources.get("specwatch_quality").add_dataframe_asset(name)
+    source: Any = ctx.data_sources.get("specwatch_quality")  # the pandas source _gx_context added
+    asset = source.add_dataframe_asset(name)
     batch = asset.add_batch_definition_whole_dataframe(name)
     suite = ctx.suites.add(gx.ExpectationSuite(name=name, expectations=expectations))
     definition = ctx.validation_definitions.add(gx.ValidationDefinition(name=name, data=batch, suite=suite))
@@ -204,10 +204,12 @@ def _validate(
     )
     failed: dict[str, set[int]] = {}
     for r in result.results:
+        assert r.expectation_config is not None  # every result of a suite run names its expectation
         column = r.expectation_config.kwargs["column"]
         if r.exception_info.get("raised_exception"):
             # an expectation that could not evaluate must not read as "passed"
-            raise RuntimeError(f"quality suite {name!r}, column {column!r}: {r.exception_info.get('exception_message')}")
+            raise RuntimeError(f"quality suite {name!r}, column {column!r}: "
+                               f"{r.exception_info.get('exception_message')}")
         rows = {int(u[_ROW_ID]) for u in r.result.get("unexpected_index_list") or []}
         if not r.success and not rows:
             raise RuntimeError(f"quality suite {name!r}, column {column!r} failed without naming rows: {r.result}")
@@ -229,7 +231,9 @@ def _bound_text(b: Bound, thresholds: Thresholds) -> str:
         return f"{getattr(thresholds, v) if isinstance(v, str) else v:g}"
 
     if b.min_value is not None and b.max_value is not None:
-        return f"== {val(b.min_value)}" if b.min_value == b.max_value else f"in [{val(b.min_value)}, {val(b.max_value)}]"
+        if b.min_value == b.max_value:
+            return f"== {val(b.min_value)}"
+        return f"in [{val(b.min_value)}, {val(b.max_value)}]"
     if b.max_value is not None:
         return f"{'<' if b.strict_max else '<='} {val(b.max_value)}"
     assert b.min_value is not None
@@ -347,7 +351,7 @@ def history_records(
     frame = query_df(con, load_sql("checks/history_deltas.sql"),
                      {"run_id": run_id, "policy": policy, "baseline_run": baseline_run or ""})
     points = query_df(con, load_sql("checks/history_points.sql"), {"run_id": run_id})
-    covered = set(zip(frame["arm"], frame["concurrency"], frame["prompt_class"])) if not frame.empty else set()
+    covered = set(zip(frame["arm"], frame["concurrency"], frame["prompt_class"], strict=True))
     notes = [f"{r.arm} c={r.concurrency} {r.prompt_class}: no baseline in history ({policy}); first run of its series?"
              for r in points.itertuples() if (r.arm, r.concurrency, r.prompt_class) not in covered]
     if frame.empty:

@@ -8,8 +8,8 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from specwatch.store import db
 from specwatch.analysis.changepoints import ChangePoint, change_points, trend
+from specwatch.store import db
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def plot(frame: pd.DataFrame, summary: SeriesSummary, out_dir: Path) -> Path:
     g = frame[frame["series_key"] == summary.key]
     fig, ax = plt.subplots(figsize=(8, 3.6))
     ax.plot(g["started_at"], g["decode_tok_s_median"], marker=".", label="decode tok/s (median of blocks)")
-    for stamp, cp in summary.decode_changes:
+    for _, cp in summary.decode_changes:
         ax.axvline(g["started_at"].iloc[cp.index], color="red", linestyle="--", alpha=0.7)
         ax.annotate(f"{cp.change:+.1%}", (g["started_at"].iloc[cp.index], cp.after), color="red")
     ax.set_title(summary.label, fontsize=9)

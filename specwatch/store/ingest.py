@@ -12,7 +12,6 @@ import duckdb
 import pandas as pd
 from pydantic import BaseModel
 
-from specwatch.store import db
 from specwatch.records import (
     ArmResult,
     CellResult,
@@ -26,6 +25,7 @@ from specwatch.records import (
     RunResult,
     SpecWindow,
 )
+from specwatch.store import db
 
 TABLES = ("runs", "arms", "cells", "requests", "spec_positions", "quality_results", "probes")
 
@@ -145,7 +145,8 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
     """The inverse of `frames`: a run rebuilt from DuckDB alone (for `specwatch report`)."""
     runs = _rows(con, "run", run_id)
     if not runs:
-        raise LookupError(f"run {run_id!r} is not in the database; `specwatch sql \"select run_id from runs\"` lists them")
+        raise LookupError(f"run {run_id!r} is not in the database; "
+                          "`specwatch sql \"select run_id from runs\"` lists them")
     run = runs[0]
     cell_key = ("arm", "block", "cell")
     requests: dict[tuple[Any, ...], list[RequestSample]] = {}
@@ -159,8 +160,8 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
     for c in _rows(con, "cells", run_id):
         key = tuple(c[k] for k in cell_key)
         per_pos = positions.get(key)
-        window = SpecWindow.model_validate(
-            {**_own(SpecWindow, c), "accepted_per_position": [per_pos[i] for i in sorted(per_pos)] if per_pos else None})
+        accepted = [per_pos[i] for i in sorted(per_pos)] if per_pos else None
+        window = SpecWindow.model_validate({**_own(SpecWindow, c), "accepted_per_position": accepted})
         cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "requests": sorted(
             requests.get(key, []), key=lambda r: r.index), "flags": [] if c["flags"] is None else list(c["flags"])})
         cells.setdefault(key[:2], []).append(cell)

@@ -71,7 +71,8 @@ def _where(loc: tuple[int | str, ...]) -> str:
 def read_raw(run_dir: Path) -> RunResult:
     path = run_dir / RESULTS_FILE if run_dir.is_dir() else run_dir
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; pass a run dir (SPECWATCH_HOME/runs/<run_id>) holding {RESULTS_FILE}")
+        raise FileNotFoundError(f"{path} not found; pass a run dir (SPECWATCH_HOME/runs/<run_id>) "
+                                f"holding {RESULTS_FILE}")
     try:
         doc = json.loads(path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -39,7 +39,7 @@ import time
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -55,12 +55,14 @@ VERSION = "fake-0.1"
 BLOCK_SIZE = 16  # vLLM's default KV block size; prefix-cache hits come in whole blocks
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 # Output words are pure \w+ so re-tokenizing the generated text gives back max_tokens.
-_WORDS = (
-    "the of and to in is for on with as at by from that this be are was it an or not data value "
-    "model token server request return result list index count state error input output build "
-    "cache block step draft accept verify batch queue stream chunk graph kernel rank node layer "
-    "weight tensor shape float width depth score delta base check test run"
-).split()
+_WORDS = [
+    "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "that", "this", "be",
+    "are", "was", "it", "an", "or", "not", "data", "value", "model", "token", "server", "request", "return",
+    "result", "list", "index", "count", "state", "error", "input", "output", "build", "cache", "block", "step",
+    "draft", "accept", "verify", "batch", "queue", "stream", "chunk", "graph", "kernel", "rank", "node",
+    "layer", "weight", "tensor", "shape", "float", "width", "depth", "score", "delta", "base", "check", "test",
+    "run",
+]
 
 
 def tokenize(text: str, vocab_size: int) -> list[int]:
@@ -260,7 +262,7 @@ class Engine:
         prompt_ids: list[int],
         max_tokens: int,
         is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Yield one text piece per engine step (several tokens per piece under speculation)."""
         s, m, tot = self.s, self.metrics, self.totals
         text_rng = random.Random(f"{s.seed}:text:{prompt}")
@@ -408,7 +410,7 @@ def build_app(s: Settings) -> FastAPI:
             now = (t.drafts, t.accepted, list(t.accepted_per_pos))
             drafts, acc = now[0] - last[0], now[1] - last[1]
             if drafts > 0:
-                per_pos = ", ".join(f"{(b - a) / drafts:.3f}" for a, b in zip(last[2], now[2]))
+                per_pos = ", ".join(f"{(b - a) / drafts:.3f}" for a, b in zip(last[2], now[2], strict=True))
                 print(
                     f"INFO {time.strftime('%m-%d %H:%M:%S')} [metrics.py] SpecDecoding metrics: "
                     f"Mean acceptance length: {1 + acc / drafts:.2f}, "
@@ -577,7 +579,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 def settings_from_args(ns: argparse.Namespace) -> Settings:
     """Validate; raise ValueError with vLLM-like wording on bad input."""
     method = draft = None
-    k, marginal = 0, ()
+    k = 0
+    marginal: tuple[float, ...] = ()
     if ns.spec_config:
         cfg = json.loads(ns.spec_config)
         method = cfg.get("method") or ("draft_model" if cfg.get("model") else None)
@@ -596,7 +599,7 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
                 acc *= p
                 cum.append(acc)
             probs = tuple(cum)
-        elif any(b > a for a, b in zip(probs, probs[1:])):
+        elif any(b > a for a, b in zip(probs, probs[1:], strict=False)):
             raise ValueError(f"marginal per-position acceptance must be non-increasing: {probs}")
         marginal = (probs + (0.0,) * k)[:k]  # positions past the list are never accepted
     return Settings(

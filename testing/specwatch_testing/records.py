@@ -28,7 +28,8 @@ def cell(concurrency: int, prompt_class: str, decode_s: float, per_pos: list[flo
                for i in range(requests)]
     window = SpecWindow(num_drafts=drafts, num_draft_tokens=drafts * len(per_pos),
                         num_accepted_tokens=sum(per_pos), accepted_per_position=per_pos,
-                        generation_tokens=33.0 * requests, server_prompt_tokens=129.0 * requests, prefix_cache_hits=0.0, prefix_cache_queries=512.0)
+                        generation_tokens=33.0 * requests, server_prompt_tokens=129.0 * requests,
+                        prefix_cache_hits=0.0, prefix_cache_queries=512.0)
     return CellResult(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128, max_tokens=33,
                       wall_s=decode_s * requests / concurrency, window=window, max_running_observed=concurrency,
                       requests=samples)

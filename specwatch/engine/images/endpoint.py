@@ -11,7 +11,6 @@ from specwatch.records import ImageRef
 from specwatch.spec import ImageSpec
 
 
-
 class EndpointBackend:
     """A vLLM someone else started: probe it, read its version, build nothing."""
 
