@@ -13,12 +13,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from specwatch import paths
 from specwatch.engine import processes
 from specwatch.engine.ready import NotReady, wait_healthy
 
 WORK_POOL = "specwatch-process"
 PREFECT_FILE = "deployments/prefect.yaml"
+ON_DEMAND = "specwatch-ab/ab-on-demand"
+# The on-demand form opens pre-filled with this experiment (the one `make demo` runs).
+DEMO_EXPERIMENT = "examples/cpu-ngram.yaml"
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -97,7 +102,24 @@ def apply_deployments(stack: Stack, cluster: str = "local") -> str:
     """Work pool, the cluster's concurrency limit (one run at a time), and every deployment."""
     _create(stack, "work-pool", "create", WORK_POOL, "--type", "process")
     _create(stack, "gcl", "create", f"cluster-{cluster}", "--limit", "1")
-    return stack.cli("deploy", "--all", "--prefect-file", PREFECT_FILE, timeout=300).stdout
+    out = stack.cli("deploy", "--all", "--prefect-file", PREFECT_FILE, timeout=300).stdout
+    prefill_on_demand(stack)
+    return out
+
+
+def prefill_on_demand(stack: Stack) -> None:
+    """Give the on-demand deployment the demo experiment as its default, so the UI form starts filled.
+
+    prefect.yaml holds parameters as literal YAML; the experiment file stays the one source.
+    """
+    from specwatch.spec import load_spec
+
+    experiment = load_spec(REPO / DEMO_EXPERIMENT).model_dump(mode="json")
+    with httpx.Client(base_url=stack.api_url, timeout=30) as api:
+        deployment = api.get(f"/deployments/name/{ON_DEMAND}")
+        deployment.raise_for_status()
+        api.patch(f"/deployments/{deployment.json()['id']}",
+                  json={"parameters": {"experiment": experiment}}).raise_for_status()
 
 
 def _create(stack: Stack, *args: str) -> None:

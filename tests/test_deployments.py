@@ -15,6 +15,7 @@ import pytest
 
 from cli.serve import Stack, apply_deployments, start_server, start_worker
 from specwatch.engine.launchers import free_port
+from specwatch.spec import ExperimentSpec, load_spec
 from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
@@ -82,6 +83,10 @@ def test_deployments_are_applied_with_the_nightly_schedule(stack: Stack) -> None
     nightly = call(httpx.get, f"{stack.api_url}/deployments/name/specwatch-regression/nightly-regression").json()
     assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 2 * * *"]
     assert nightly["parameters"]["baseline"] == {"policy": "auto"}
+    # the on-demand form opens filled with the demo experiment, every field valid as it stands
+    on_demand = call(httpx.get, f"{stack.api_url}/deployments/name/specwatch-ab/ab-on-demand").json()
+    demo = load_spec(Path(__file__).resolve().parents[1] / "examples" / "cpu-ngram.yaml")
+    assert ExperimentSpec.model_validate(on_demand["parameters"]["experiment"]) == demo
 
 
 def test_triggered_run_completes_and_lands_in_duckdb(finished_run) -> None:

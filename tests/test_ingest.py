@@ -92,3 +92,47 @@ def test_a_run_rebuilt_from_duckdb_equals_the_one_ingested(tmp_path: Path) -> No
     con.close()
     assert again.model_dump() == result.model_dump()
     assert again.exit_code() == result.exit_code() == 3
+
+
+def test_migration_004_carries_rows_over_with_their_cell_key(tmp_path: Path) -> None:
+    """A database at schema 003 (the last one keyed by concurrency and prompt class) keeps its rows."""
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute(db.load_sql("schema_migrations.sql"))
+    for version, name, text in db.migrations():
+        if version <= 3:
+            con.execute(text)
+            con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
+    con.execute("insert into runs (run_id, experiment_name) values ('r1', 'old')")
+    con.execute("insert into arms (run_id, arm, block, status) values ('r1', 'k5', 1, 'ok')")
+    for c, pc in ((1, "code"), (4, "prose")):
+        con.execute("insert into cells (run_id, arm, block, concurrency, prompt_class, prompt_tokens, rejected, "
+                    "decode_tok_s_median) values ('r1', 'k5', 1, ?, ?, 128, false, 40.0 + ?)", [c, pc, c])
+        con.execute("insert into spec_positions values ('r1', 'k5', 1, ?, ?, 0, 80.0, 0.8)", [c, pc])
+        con.execute("insert into requests (run_id, arm, block, concurrency, prompt_class, idx, status) "
+                    "values ('r1', 'k5', 1, ?, ?, 0, 'ok')", [c, pc])
+    con.execute("insert into quality_results (run_id, arm, block, concurrency, prompt_class, check_name, metric, "
+                "passed, severity) values ('r1', 'k5', null, 4, 'prose', 'x', 'm', true, 'regression')")
+    assert db.migrate(con) == ["004_cell_key.sql"]
+    cells = con.execute("select cell, load_mode, concurrency, decode_tok_s_median from cells order by cell").fetchall()
+    assert cells == [("closed/c1/code/p128", "closed", 1, 41.0), ("closed/c4/prose/p128", "closed", 4, 44.0)]
+    assert con.execute("select cell from spec_positions order by cell").fetchall() == [
+        ("closed/c1/code/p128",), ("closed/c4/prose/p128",)]
+    assert con.execute("select count(*) from requests where cell is null").fetchone() == (0,)
+    assert con.execute("select cell from quality_results").fetchall() == [("closed/c4/prose/p128",)]
+    # the cell is the key now: a second row for the same cell is refused
+    with pytest.raises(duckdb.ConstraintException):
+        con.execute("insert into cells (run_id, arm, block, cell, load_mode, prompt_class, prompt_tokens, rejected) "
+                    "values ('r1', 'k5', 1, 'closed/c1/code/p128', 'closed', 'code', 128, false)")
+    con.close()
+
+
+def test_cell_keys_name_closed_loop_and_rate_cells() -> None:
+    from specwatch.records import CellKey
+
+    closed = CellKey(concurrency=4, prompt_class="code", prompt_tokens=256)
+    rate = CellKey(load="rate", rate=2.5, prompt_class="code", prompt_tokens=256)
+    assert (closed.id, closed.label) == ("closed/c4/code/p256", "c=4 code")
+    assert (rate.id, rate.label) == ("rate/r2.5/code/p256", "r=2.5/s code")
+    assert sorted([rate, closed], key=CellKey.sort_key) == [closed, rate]
+    with pytest.raises(ValueError, match="a closed-loop cell has a concurrency"):
+        CellKey(load="rate", concurrency=4, prompt_class="code", prompt_tokens=256)

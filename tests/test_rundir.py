@@ -1,0 +1,77 @@
+"""results.json as a versioned contract: today's files round-trip, older files upgrade, and an
+unknown key or a newer version is refused with a message that names it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specwatch.records import RESULTS_SCHEMA_VERSION, CellKey
+from specwatch.store.db import connect
+from specwatch.store.ingest import ingest, load
+from specwatch.store.rundir import RESULTS_FILE, RunDirError, read_raw, write_raw
+from specwatch_testing import records as rf
+
+# Written by specwatch before the cell key and schema_version existed (commit 3f12590): two
+# arms, 8 cells, a rejected cell and one quality row.
+V1 = Path(__file__).parent / "data" / "results-v1.json"
+
+
+def test_a_file_written_before_schema_version_upgrades(tmp_path: Path) -> None:
+    assert "schema_version" not in json.loads(V1.read_text())
+    shutil.copy(V1, tmp_path / RESULTS_FILE)
+    result = read_raw(tmp_path)
+    assert result.schema_version == RESULTS_SCHEMA_VERSION
+    cells = [c for a in result.arms for c in a.cells]
+    assert len(cells) == 8 and [c.load_mode for c in cells] == ["closed"] * 8
+    assert cells[4].key == CellKey(concurrency=1, prompt_class="code", prompt_tokens=128) and cells[4].rejected
+    assert result.quality[0].cell == "closed/c1/code/p128"
+    # derived figures are recomputed, not read back
+    assert cells[0].decode_tok_s_median == pytest.approx(32.0)
+    # and the upgraded run goes into DuckDB keyed by its cells
+    db = tmp_path / "h.duckdb"
+    ingest(result, db)
+    con = connect(db)
+    try:
+        assert con.execute("select count(distinct cell) from cells").fetchone() == (4,)
+        assert load(con, result.run_id).arms[1].cells[0].rejected
+    finally:
+        con.close()
+
+
+def test_todays_file_round_trips(tmp_path: Path) -> None:
+    result = rf.run()
+    write_raw(result, tmp_path)
+    doc = json.loads((tmp_path / RESULTS_FILE).read_text())
+    assert doc["schema_version"] == RESULTS_SCHEMA_VERSION
+    assert doc["arms"][0]["cells"][0]["cell"] == "closed/c1/code/p128"  # derived keys are written for readers
+    assert read_raw(tmp_path) == result
+
+
+def test_an_unknown_key_is_refused_and_named(tmp_path: Path) -> None:
+    write_raw(rf.run(), tmp_path)
+    path = tmp_path / RESULTS_FILE
+    doc = json.loads(path.read_text())
+    doc["arms"][1]["cells"][2]["decode_tok_per_s"] = 1.0  # a misspelt field
+    path.write_text(json.dumps(doc))
+    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 2"):
+        read_raw(tmp_path)
+
+
+def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    write_raw(rf.run(), tmp_path)
+    path = tmp_path / RESULTS_FILE
+    doc = json.loads(path.read_text())
+    doc["schema_version"] = RESULTS_SCHEMA_VERSION + 1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(RunDirError, match="newer than this specwatch reads"):
+        read_raw(tmp_path)
+
+
+def test_a_file_that_is_not_json_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / RESULTS_FILE).write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    with pytest.raises(RunDirError, match="is not JSON"):
+        read_raw(tmp_path)
