@@ -1,6 +1,6 @@
 """Shared plumbing for the proof benchmarks (not part of the specwatch package).
 
-- servers started with `specwatch.processes.spawn` (own process group) and always stopped;
+- servers started with `specwatch.engine.processes.spawn` (own process group) and always stopped;
 - CPU pinning: servers run under `taskset -c <core>`, the measuring client pins itself;
 - a per-core utilisation sampler (/proc/stat), so a table can say which core was the bottleneck;
 - a join key: an httpx request hook adds `x-request-id` to the specwatch client's completion

@@ -19,7 +19,7 @@ design's. Last, "blocks saved at the same error rate": for the calibrated adapti
 smallest fixed design that calls the effect right at least as often within the same wrong-call
 budget, and the difference in blocks per arm.
 
-    PYTHONPATH=. /tmp/pv/bin/python benchmarks/adaptive_stopping.py [--experiments 4000] [--block-sd 0.10]
+    .venv/bin/python benchmarks/adaptive_stopping.py [--experiments 4000] [--block-sd 0.10]
 """
 
 from __future__ import annotations

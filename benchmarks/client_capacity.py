@@ -16,7 +16,7 @@ Capacity = the achieved chunk rate (from the server's records) of the last level
 error first exceeds the threshold. Server-core saturation is shown: once the server core is ~100%
 busy the ladder measures the server, not the clients.
 
-    PYTHONPATH=. /tmp/pv/bin/python benchmarks/client_capacity.py [--levels 10:16,5:32,...]
+    .venv/bin/python benchmarks/client_capacity.py [--levels 10:16,5:32,...]
 """
 
 from __future__ import annotations

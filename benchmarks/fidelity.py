@@ -13,7 +13,7 @@ process, server-side truth at GET /truth), at several concurrencies, print measu
 Server pinned to core 1 (taskset), client to core 0 (sched_setaffinity). Target: decode and TTFT
 within 1%, acceptance exact.
 
-    PYTHONPATH=. /tmp/pv/bin/python benchmarks/fidelity.py [--concurrency 1,4,16,64] [--requests N]
+    .venv/bin/python benchmarks/fidelity.py [--concurrency 1,4,16,64] [--requests N]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ tool replays the first one's prompts, the server runs with `--no-enable-prefix-c
 replay cannot hit the cache (`--prefix-caching` keeps vLLM's default). `--vllm-dataset random` uses
 vllm's random-token dataset instead (different content: acceptance then differs legitimately).
 
-    PYTHONPATH=. /tmp/pv/bin/python benchmarks/real_server.py [--concurrency 1,4] [--requests 16]
+    .venv/bin/python benchmarks/real_server.py [--concurrency 1,4] [--requests 16]
 """
 
 from __future__ import annotations
