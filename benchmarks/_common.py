@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import contextvars
 import json
@@ -198,6 +199,20 @@ class CoreSampler:
         if w is None or name not in w[0][2] or name not in w[1][2]:
             return None
         return (w[1][2][name] - w[0][2][name]) / self.TICK / (w[1][0] - w[0][0])
+
+
+# ---------------------------------------------------------------------------------------- options
+
+
+def cell_parser(doc: str | None, concurrency: str, requests: int, requests_help: str) -> argparse.ArgumentParser:
+    """The options every client benchmark shares: the cells it measures."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--concurrency", default=concurrency)
+    ap.add_argument("--requests", type=int, default=requests, help=requests_help)
+    ap.add_argument("--prompt-class", default="code")
+    ap.add_argument("--prompt-tokens", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    return ap
 
 
 # ---------------------------------------------------------------------------------------- servers

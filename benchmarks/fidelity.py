@@ -33,12 +33,8 @@ from specwatch.records import CellResult  # noqa: E402
 
 
 def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", default="1,4,16,64")
-    ap.add_argument("--requests", type=int, default=0, help="requests per cell (default max(16, 2*c))")
-    ap.add_argument("--prompt-class", default="code")
-    ap.add_argument("--prompt-tokens", type=int, default=256)
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap = C.cell_parser(__doc__, concurrency="1,4,16,64", requests=0,
+                       requests_help="requests per cell (default max(16, 2*c))")
     ap.add_argument("--step-ms", type=float, default=10.0, help="fake server decode step time")
     ap.add_argument("--ttft-ms", type=float, default=100.0, help="fake server time to first token")
     ap.add_argument("--k", type=int, default=5)

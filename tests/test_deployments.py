@@ -16,6 +16,7 @@ import pytest
 from cli.serve import Stack, apply_deployments, start_server, start_worker
 from specwatch.engine.launchers import free_port
 from specwatch.spec import ExperimentSpec, load_spec
+from specwatch_testing.experiments import endpoint_ab
 from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
@@ -23,19 +24,9 @@ ARTIFACTS = Path(os.environ.get("SPECWATCH_TEST_ARTIFACTS", Path(__file__).resol
 
 
 def experiment(base: str, cand: str) -> dict:
-    ngram = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
-    return {
-        "name": "deployed-ab",
-        "model": {"generate": {}, "served_name": "demo"},
-        "images": [{"name": "old", "backend": "endpoint", "url": base},
-                   {"name": "new", "backend": "endpoint", "url": cand}],
-        "arms": [{"name": "base", "image": "old", "speculative": ngram},
-                 {"name": "cand", "image": "new", "speculative": ngram}],
-        "baseline": "base",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
-        "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 64, "concurrency": [1],
-                     "requests_per_cell": 3, "warmup_requests": 1},
-    }
+    return endpoint_ab("deployed-ab", base, cand, design={"blocks": 1, "probes": 1, "probe_tokens": 8},
+                       workload={"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 64,
+                                 "concurrency": [1], "requests_per_cell": 3, "warmup_requests": 1})
 
 
 def call(method, url: str, **kw) -> httpx.Response:

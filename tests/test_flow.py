@@ -7,6 +7,7 @@ import json
 import pytest
 
 from specwatch.spec import ExperimentSpec
+from specwatch_testing.experiments import endpoint_ab
 from specwatch_testing.records import query as q
 from specwatch_testing.server import run_fake_vllm
 
@@ -19,19 +20,10 @@ def server(*extra: str) -> list[str]:
 
 
 def experiment(base_url: str, cand_url: str, blocks: int = 1, **workload: object) -> ExperimentSpec:
-    ngram = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
-    return ExperimentSpec.model_validate({
-        "name": "flow-test",
-        "model": {"generate": {}, "served_name": "demo"},
-        "images": [{"name": "old", "backend": "endpoint", "url": base_url},
-                   {"name": "new", "backend": "endpoint", "url": cand_url}],
-        "arms": [{"name": "base", "image": "old", "speculative": ngram},
-                 {"name": "cand", "image": "new", "speculative": ngram}],
-        "baseline": "base",
-        "design": {"blocks": blocks, "probes": 2, "probe_tokens": 16},
-        "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens": 256,
-                     "concurrency": [1, 2], "requests_per_cell": 4, "warmup_requests": 1, **workload},
-    })
+    return ExperimentSpec.model_validate(endpoint_ab(
+        "flow-test", base_url, cand_url, design={"blocks": blocks, "probes": 2, "probe_tokens": 16},
+        workload={"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens": 256,
+                  "concurrency": [1, 2], "requests_per_cell": 4, "warmup_requests": 1, **workload}))
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,7 @@ def test_migration_004_carries_rows_over_with_their_cell_key(tmp_path: Path) -> 
                     "values ('r1', 'k5', 1, ?, ?, 0, 'ok')", [c, pc])
     con.execute("insert into quality_results (run_id, arm, block, concurrency, prompt_class, check_name, metric, "
                 "passed, severity) values ('r1', 'k5', null, 4, 'prose', 'x', 'm', true, 'regression')")
-    assert db.migrate(con) == ["004_cell_key.sql"]
+    assert db.migrate(con)[0] == "004_cell_key.sql"
     cells = con.execute("select cell, load_mode, concurrency, decode_tok_s_median from cells order by cell").fetchall()
     assert cells == [("closed/c1/code/p128", "closed", 1, 41.0), ("closed/c4/prose/p128", "closed", 4, 44.0)]
     assert con.execute("select cell from spec_positions order by cell").fetchall() == [

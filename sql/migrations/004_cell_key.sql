@@ -4,68 +4,25 @@
 -- (run_id, arm, block, cell). Rows written before this migration are all closed-loop cells
 -- and are carried over with their key.
 
-CREATE TABLE cells_v4 (
-    run_id                  VARCHAR NOT NULL,
-    arm                     VARCHAR NOT NULL,
-    block                   INTEGER NOT NULL,
-    cell                    VARCHAR NOT NULL,
-    load_mode               VARCHAR NOT NULL,
-    concurrency             INTEGER,
-    request_rate            DOUBLE,
-    prompt_class            VARCHAR NOT NULL,
-    prompt_tokens           INTEGER NOT NULL,
-    max_tokens              INTEGER,
-    wall_s                  DOUBLE,
-    requests_ok             INTEGER,
-    requests_failed         INTEGER,
-    completion_tokens       BIGINT,
-    decode_tok_s_median     DOUBLE,
-    decode_tok_s_p10        DOUBLE,
-    decode_tok_s_p90        DOUBLE,
-    ttft_s_median           DOUBLE,
-    ttft_s_p90              DOUBLE,
-    tpot_ms_median          DOUBLE,
-    e2e_s_median            DOUBLE,
-    aggregate_tok_s         DOUBLE,
-    server_aggregate_tok_s  DOUBLE,
-    mean_acceptance_length  DOUBLE,
-    draft_acceptance_rate   DOUBLE,
-    num_drafts              DOUBLE,
-    num_draft_tokens        DOUBLE,
-    num_accepted_tokens     DOUBLE,
-    generation_tokens       DOUBLE,
-    server_prompt_tokens    DOUBLE,
-    prefix_cache_hits       DOUBLE,
-    prefix_cache_queries    DOUBLE,
-    prefix_cache_hit_rate   DOUBLE,
-    max_running_observed    INTEGER,
-    repetition_ratio_median DOUBLE,
-    rejected                BOOLEAN NOT NULL,
-    reject_reason           VARCHAR,
-    flags                   VARCHAR[],
-    PRIMARY KEY (run_id, arm, block, cell)
-);
-INSERT INTO cells_v4 BY NAME
-SELECT *, 'closed/c' || concurrency || '/' || prompt_class || '/p' || prompt_tokens AS cell,
-       'closed' AS load_mode, NULL::DOUBLE AS request_rate
+-- Copied, then constrained: the columns keep their types and order, the key is new.
+CREATE TABLE cells_v4 AS
+SELECT run_id, arm, block,
+       'closed/c' || concurrency || '/' || prompt_class || '/p' || prompt_tokens AS cell,
+       'closed' AS load_mode, concurrency, NULL::DOUBLE AS request_rate,
+       * EXCLUDE (run_id, arm, block, concurrency)
 FROM cells;
+ALTER TABLE cells_v4 ADD PRIMARY KEY (run_id, arm, block, cell);
+ALTER TABLE cells_v4 ALTER COLUMN load_mode SET NOT NULL;
+ALTER TABLE cells_v4 ALTER COLUMN prompt_class SET NOT NULL;
+ALTER TABLE cells_v4 ALTER COLUMN rejected SET NOT NULL;
 DROP TABLE cells;
 ALTER TABLE cells_v4 RENAME TO cells;
 
-CREATE TABLE spec_positions_v4 (
-    run_id     VARCHAR NOT NULL,
-    arm        VARCHAR NOT NULL,
-    block      INTEGER NOT NULL,
-    cell       VARCHAR NOT NULL,
-    position   INTEGER NOT NULL,
-    accepted   DOUBLE,
-    acceptance DOUBLE,
-    PRIMARY KEY (run_id, arm, block, cell, position)
-);
-INSERT INTO spec_positions_v4
+CREATE TABLE spec_positions_v4 AS
 SELECT p.run_id, p.arm, p.block, c.cell, p.position, p.accepted, p.acceptance
 FROM spec_positions p
 JOIN cells c USING (run_id, arm, block, concurrency, prompt_class);
+ALTER TABLE spec_positions_v4 ADD PRIMARY KEY (run_id, arm, block, cell, position);
 DROP TABLE spec_positions;
 ALTER TABLE spec_positions_v4 RENAME TO spec_positions;
 

@@ -22,14 +22,8 @@ WITH point AS (
 ),
 trend AS (
     SELECT
-        model,
-        method,
-        k,
-        concurrency,
-        prompt_class,
-        prompt_tokens,
-        max_tokens,
-        host_class,
+        -- the series, as `series` names it
+        model, method, k, concurrency, prompt_class, prompt_tokens, max_tokens, host_class,
         started_at,
         vllm_version,
         run_id,

