@@ -70,7 +70,7 @@ def validate(file: Annotated[Path, typer.Argument(help="experiment YAML")]) -> N
     p = plan(spec)
     table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {p.blocks} block(s) per arm)")
     for col in ("arm", "image", "launcher", "method", "k", "cells", "requests"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for a in p.arms:
         table.add_row(a.arm, a.image, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
     out.print(table)
@@ -112,9 +112,10 @@ def run(
 
 def _verdict_table(title: str, rows: list[VerdictRow]) -> Table:
     table = Table(title=title)
+    # Narrow terminals fold cells rather than cut them: eleven no-wrap columns shrink to "…" in 80 columns.
     for col in ("arm", "k", "c", "class", "blocks", "decode tok/s", "Δ vs base", "CI %", "TTFT ms", "mean acc len",
                 "verdict"):  # per-position curves and the cost model are in the report
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class, str(r.blocks),
                       _num(r.decode_tok_s, ".1f"), _num(r.delta_pct, "+.1f", "%"), r.ci_pct,
@@ -351,7 +352,7 @@ def history(
         raise _fail(f"no series {'starting with ' + repr(series) if series else 'in the history yet'}")
     table = Table(title=f"{path}: series")
     for col in ("series", "what", "runs", "latest", "decode tok/s", "mean acc len", "trend/run", "change points"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for s in hist.summarize(frame):
         changes = [f"{stamp} decode {cp.change:+.1%}" for stamp, cp in s.decode_changes]
         changes += [f"{stamp} acceptance {cp.change:+.1%}" for stamp, cp in s.acceptance_changes]

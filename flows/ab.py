@@ -47,7 +47,7 @@ class RunOutcome(BaseModel):
     db_path: Path
     exit_code: int
     headline: str
-    reasons: list[str] = []
+    reasons: list[str] = []  # what the verdict table does not show (it holds the per-cell verdicts)
     rows: list[VerdictRow] = []
     error: str | None = None
 
@@ -208,5 +208,5 @@ def ab(
     verdict = headline(result, assessment)
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=verdict, reasons=assessment.verdict.reasons,
+                      headline=verdict, reasons=assessment.verdict.run_reasons,
                       rows=verdict_rows(result, spec, assessment))

@@ -92,6 +92,9 @@ def test_restart_blocks_alternate_and_the_ci_verdict_reverts(planted_blocks) -> 
     assert q(db, "select count(*) from quality_results where check_name = 'regression.decode_tok_s'") == [(0,)]
     assert q(db, "select count(*) from quality_results where check_name = 'correctness.greedy_match'") == [(0,)]
     assert outcome.exit_code == 3 and outcome.headline.startswith("REVERT")
-    assert any("regression: cand c=1 code decode_tok_s" in r for r in outcome.reasons)
+    # the cell's verdict is its table row; the CLI prints no second copy of it under the table
+    assert [r.verdict for r in outcome.rows if r.arm == "cand"] == ["regression"]
+    assert not any("cand c=1 code" in r for r in outcome.reasons)
     report = (outcome.run_dir / "report.md").read_text()
+    assert "regression: cand c=1 code decode_tok_s" in report
     assert "![acceptance_per_position.png]" in report and (outcome.run_dir / "decode_vs_concurrency.png").stat().st_size

@@ -74,8 +74,14 @@ class VerdictRule:
 @dataclass
 class Verdict:
     decision: Decision
-    reasons: list[str]
+    reasons: list[str]  # the run's reasons first, then one per deciding cell
     needs_more_blocks: list[CellVerdict] = field(default_factory=list)
+    cell_reasons: int = 0  # how many of `reasons` (at the end) are about single cells
+
+    @property
+    def run_reasons(self) -> list[str]:
+        """What a per-cell verdict table does not already show."""
+        return self.reasons[: len(self.reasons) - self.cell_reasons]
 
 
 def experiment_verdict(
@@ -107,24 +113,21 @@ def experiment_verdict(
         reasons.append(f"correctness: greedy output changed: {failure}{speed}")
     for arm in tail_collapsed_arms:
         reasons.append(f"tail collapse: {arm} last-position acceptance below {rule.tail_floor:g}")
-    for c in regressions:
-        reasons.append(f"regression: {c.label} {_fmt_ci(c.ci)} below -{rule.band:.0%}")
-    if reasons:
-        return Verdict("REVERT", reasons)
+    cell_reasons = [f"regression: {c.label} {_fmt_ci(c.ci)} below -{rule.band:.0%}" for c in regressions]
+    if reasons or cell_reasons:
+        return Verdict("REVERT", reasons + cell_reasons, cell_reasons=len(cell_reasons))
 
     if not counted:
         return Verdict("INCONCLUSIVE", [f"no {rule.metric} cells at the declared concurrencies"])
-    for conc in missing:
-        reasons.append(f"missing: no {rule.metric} result at c={conc} (rejected or not run)")
-    for c in unsure:
-        reasons.append(f"inconclusive: {c.label} {_fmt_ci(c.ci)} straddles +-{rule.band:.0%}")
-    if reasons:
-        return Verdict("INCONCLUSIVE", reasons, unsure)
+    reasons = [f"missing: no {rule.metric} result at c={conc} (rejected or not run)" for conc in missing]
+    cell_reasons = [f"inconclusive: {c.label} {_fmt_ci(c.ci)} straddles +-{rule.band:.0%}" for c in unsure]
+    if reasons or cell_reasons:
+        return Verdict("INCONCLUSIVE", reasons + cell_reasons, unsure, len(cell_reasons))
     if rule.require_gain and not gains:
         return Verdict("INCONCLUSIVE", [f"every cell is flat within +-{rule.band:.0%}; the rule requires a gain"])
-    reasons = [f"gain: {c.label} {_fmt_ci(c.ci)}" for c in gains]
-    reasons += [f"flat: {c.label} {_fmt_ci(c.ci)}" for c in counted if c.outcome == "flat"]
-    return Verdict("PROMOTE", reasons)
+    cell_reasons = [f"gain: {c.label} {_fmt_ci(c.ci)}" for c in gains]
+    cell_reasons += [f"flat: {c.label} {_fmt_ci(c.ci)}" for c in counted if c.outcome == "flat"]
+    return Verdict("PROMOTE", cell_reasons, cell_reasons=len(cell_reasons))
 
 
 def _fmt_ci(ci: DiffCI | None) -> str:
