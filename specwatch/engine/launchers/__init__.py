@@ -81,7 +81,7 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
     ))
     proc = processes.spawn(argv, {**os.environ, **env}, log_path)
     return ServerHandle(base_url=record.base_url, record=record,
-                        members=[ProcessMember(proc, log_path, host=ctx.host)], secrets=env)
+                        members=[ProcessMember(proc, log_path, host=ctx.host, port=port)], secrets=env)
 
 
 # The built-in launchers register themselves on import.
