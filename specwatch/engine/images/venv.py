@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from specwatch.engine.environ import clean_environ
 from specwatch.engine.images import ImageError, register
 from specwatch.paths import images_dir
 from specwatch.records import ImageRef
@@ -49,7 +50,8 @@ def venv_python(venv: Path) -> Path:
 
 def _run(argv: Sequence[str], what: str, timeout: float = 300.0) -> str:
     try:
-        proc = subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(list(argv), check=False, capture_output=True, text=True, timeout=timeout,
+                              env=clean_environ())
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ImageError(f"{what} failed: {exc}") from None
     if proc.returncode != 0:
@@ -164,7 +166,10 @@ class VenvBackend:
         build_log = venv / BUILD_LOG
         requirement = f"{spec.package}=={spec.version}"
         # pip, not uv: pip honours the host's pip.conf / PIP_* (e.g. the index serving torch==X+cpu).
-        self._pip(spec, [python, "-m", "pip", "install", requirement], build_log, f"pip install {requirement}")
+        # An air-gapped host installs from its wheelhouse alone.
+        offline = ["--no-index", "--find-links", str(spec.wheelhouse)] if spec.wheelhouse else []
+        self._pip(spec, [python, "-m", "pip", "install", *offline, requirement], build_log,
+                  f"pip install {requirement}")
         self._pip(spec, [python, "-m", "pip", "uninstall", "-y", *BROKEN_EXTRAS], build_log, "pip uninstall extras")
         ref = write_image_marker(venv, spec, build_s=time.monotonic() - started)
         log.info(
@@ -180,7 +185,8 @@ class VenvBackend:
         with open(build_log, "a") as out:
             out.write(f"$ {' '.join(argv)}\n")
             proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                env=clean_environ(),
             )
             assert proc.stdout is not None
             for line in proc.stdout:

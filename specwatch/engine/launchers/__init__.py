@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from specwatch.engine import processes
+from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import ProcessMember, ServerHandle
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env
@@ -79,7 +80,7 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
         launcher=launcher, base_url=f"http://{ctx.host}:{port}", argv=redact_argv(argv), env=redact_env(env),
         log_path=log_path,
     ))
-    proc = processes.spawn(argv, {**os.environ, **env}, log_path)
+    proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
     return ServerHandle(base_url=record.base_url, record=record,
                         members=[ProcessMember(proc, log_path, host=ctx.host, port=port)], secrets=env)
 

