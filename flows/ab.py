@@ -24,7 +24,7 @@ from specwatch.analysis.blocks import block_order
 from specwatch.analysis.verdict import assess, compare_cells, confidence_for, decision_records
 from specwatch.engine import processes
 from specwatch.engine.checkpoint import CheckpointError
-from specwatch.engine.images import ImageError
+from specwatch.engine.images import ImageError, python_of
 from specwatch.engine.launchers import LaunchContext
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef, Provenance, RunResult
@@ -69,7 +69,7 @@ def _images(spec: ExperimentSpec) -> tuple[dict[str, ImageRef], dict[str, str]]:
 
 def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFacts | None:
     """Generate (if asked) and check the checkpoint; an endpoint-only run serves its own weights."""
-    python = next((r.python for r in refs.values() if r.python is not None), None)
+    python = next((p for r in refs.values() if (p := python_of(r)) is not None), None)
     if python is None and spec.model.generate is not None:
         return None
     return prepare_checkpoint(spec.model, python)
@@ -99,7 +99,8 @@ class _Blocks:
             return
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
                             arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
-                            max_model_len=self.spec.model.max_model_len)
+                            max_model_len=self.spec.model.max_model_len, run_id=self.result.run_id,
+                            launch_name=f"{self.result.run_id}-{name}-b{block}")
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
                              namespace=f"{self.result.run_id}:{name}:b{block}", block=block)

@@ -20,7 +20,7 @@ VARIABLES = ("k", "image", "method", "args", "launcher", "env")
 def signature(arm: ArmSpec, image: ImageSpec) -> dict[str, object]:
     spec = arm.speculative
     sig: dict[str, object] = {
-        "image": (image.backend, image.package, image.version, image.url,
+        "image": (image.backend, image.package, image.version, image.url, image.ref, image.dockerfile,
                   image.python if image.backend == "python" else None),
         "launcher": (arm.launcher, arm.command),
         "args": tuple(arm.args),

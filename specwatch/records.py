@@ -106,6 +106,8 @@ class ImageRef(_Record):
     digest: str | None = None
     python: Path | None = None
     url: str | None = None
+    ref: str | None = None  # a container image: the reference containers are run from
+    build_log: Path | None = None
     build_s: float = 0.0
     reused: bool = False
 

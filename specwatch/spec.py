@@ -119,7 +119,11 @@ class ImageSpec(_Strict):
     version: str | None = None
     python: str = Field(default="python3.11", description="venv: the base interpreter; python: the environment's")
     url: str | None = None
-    wheelhouse: Path | None = Field(default=None, description="venv: install offline from this wheel directory")
+    wheelhouse: Path | None = Field(default=None, description="venv: install offline from this wheel directory; "
+                                    "docker: the wheels the build installs from (e.g. the CPU torch wheel)")
+    ref: str | None = Field(default=None, description="docker: an image reference to pull and run")
+    dockerfile: str | None = Field(default=None, description="docker: build deployments/docker/Dockerfile.<this> "
+                                   "with the VLLM_VERSION build arg = version")
 
     @model_validator(mode="after")
     def _backend_fields(self, info: ValidationInfo) -> ImageSpec:
@@ -128,11 +132,17 @@ class ImageSpec(_Strict):
                              "that has vLLM (e.g. python: /opt/venv/bin/python)")
         if self.wheelhouse is not None:
             stored = bool(info.context and info.context.get("stored"))
-            if self.backend != "venv":
-                raise ValueError(f"image {self.name!r}: wheelhouse is for backend venv; remove it")
+            if self.backend not in ("venv", "docker"):
+                raise ValueError(f"image {self.name!r}: wheelhouse is for backends venv and docker; remove it")
             if not stored and not self.wheelhouse.expanduser().is_dir():
                 raise ValueError(f"image {self.name!r}: wheelhouse {str(self.wheelhouse)!r} is not a directory; "
                                  "point it at the folder of wheels (pip download -d DIR ...)")
+        if self.backend == "docker" and (self.ref is None) == (self.dockerfile is None):
+            raise ValueError(f"image {self.name!r}: backend docker needs exactly one of ref (an image to pull) or "
+                             "dockerfile (a variant to build, e.g. dockerfile: cpu)")
+        if self.backend == "docker" and self.dockerfile and not self.version:
+            raise ValueError(f"image {self.name!r}: dockerfile {self.dockerfile!r} needs version (the vLLM version "
+                             "build arg, e.g. version: '0.32.0')")
         if self.backend == "venv" and not self.version:
             raise ValueError(f"image {self.name!r}: backend venv needs version (e.g. version: '0.32.0')")
         if self.backend == "endpoint" and not self.url:

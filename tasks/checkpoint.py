@@ -7,10 +7,11 @@ from pathlib import Path
 from prefect import task
 
 from specwatch.engine import checkpoint
+from specwatch.engine.checkpoint import PythonRunner
 from specwatch.records import CheckpointFacts
 from specwatch.spec import ModelSpec
 
 
 @task(name="prepare_checkpoint")
-def prepare_checkpoint(model: ModelSpec, python: Path | None = None) -> CheckpointFacts:
+def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None) -> CheckpointFacts:
     return checkpoint.prepare_checkpoint(model, python)

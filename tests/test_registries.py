@@ -37,6 +37,7 @@ class FixtureLauncher:
     """Starts the fake vLLM server with the arm's speculative config."""
 
     name = "fixture"
+    boot_log_has_config = False
     started: list[int] = []
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:

@@ -17,7 +17,7 @@ from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.runner import CellRunner, Isolated, prepare, probe
 from specwatch.engine.checkpoint import arm_constraint_violations
 from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import BootExit, LaunchContext, LaunchError, launcher_for
+from specwatch.engine.launchers import LAUNCHERS, BootExit, LaunchContext, LaunchError, launcher_for
 from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef
 from specwatch.spec import ArmSpec, ExperimentSpec
@@ -46,7 +46,8 @@ def k_from_log(log_path: Path | None) -> int | None:
 
 def confirm_k(arm: ArmSpec, handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
     """Record the k the server really runs (boot log, else /metrics positions); mismatch fails the arm."""
-    from_log = k_from_log(handle.record.log_path) if handle.record.launcher == "vllm" else None
+    launcher = LAUNCHERS.get(handle.record.launcher)
+    from_log = k_from_log(handle.record.log_path) if launcher and launcher.boot_log_has_config else None
     k: int | None
     if from_log is not None:
         k, source = from_log, "boot_log"

@@ -15,8 +15,9 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specwatch import paths
 from specwatch.engine.environ import clean_environ
@@ -57,7 +58,31 @@ def generated_model_dir(spec: GeneratedModel) -> Path:
     return paths.models_dir() / f"llama-l{spec.layers}-h{spec.hidden_size}-{generated_model_key(spec)}"
 
 
-def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
+class PythonRunner(Protocol):
+    """Runs a python script with the torch + transformers of an image (its venv, or a container)."""
+
+    def run(self, argv: list[str], env: dict[str, str], writable: Path, timeout_s: float
+            ) -> subprocess.CompletedProcess[str]:
+        """`python argv...`; `writable` is the one folder the script writes into."""
+        ...
+
+
+@dataclass(frozen=True)
+class LocalPython:
+    python: Path
+
+    def run(self, argv: list[str], env: dict[str, str], writable: Path, timeout_s: float
+            ) -> subprocess.CompletedProcess[str]:
+        if not self.python.exists():
+            raise CheckpointError(f"image python {self.python} does not exist; build the image first")
+        return subprocess.run([str(self.python), *argv], check=False, capture_output=True, text=True,
+                              env={**clean_environ(), **env}, timeout=timeout_s)
+
+    def __str__(self) -> str:
+        return str(self.python)
+
+
+def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) -> Path:
     """Return a complete generated checkpoint dir, building it with `python` on a cache miss.
 
     The model is written into a temp dir beside the target and renamed into place last, so
@@ -71,8 +96,7 @@ def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
         raise CheckpointError(
             f"no corpus files in {CORPUS_DIR}; the package data specwatch/data/prompts/*.txt is missing"
         )
-    if not Path(python).exists():
-        raise CheckpointError(f"image python {python} does not exist; build the image first ")
+    runner = LocalPython(python) if isinstance(python, Path) else python
 
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_tmp(target)
@@ -80,7 +104,6 @@ def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
     try:
         started = time.monotonic()
         cmd = [
-            str(python),
             str(MODELGEN),
             "--out",
             str(tmp),
@@ -90,20 +113,19 @@ def ensure_generated_model(spec: GeneratedModel, python: Path) -> Path:
             *map(str, corpus),
         ]
         # Offline: generation needs no hub; a stray download attempt should fail, not hang.
-        env = {**clean_environ(), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         try:
-            proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, timeout=GENERATE_TIMEOUT_S)
+            proc = runner.run(cmd, env, tmp, GENERATE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            raise CheckpointError(
-                f"model generation timed out after {GENERATE_TIMEOUT_S:.0f} s: {' '.join(cmd[:2])}"
-            ) from None
+            raise CheckpointError(f"model generation timed out after {GENERATE_TIMEOUT_S:.0f} s with {runner}") \
+                from None
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
-            raise CheckpointError(f"model generation failed (exit {proc.returncode}) with {python}:\n{tail}")
+            raise CheckpointError(f"model generation failed (exit {proc.returncode}) with {runner}:\n{tail}")
         marker = {
             "spec": spec.model_dump(mode="json"),
             "key": generated_model_key(spec, corpus=corpus),
-            "python": str(python),
+            "python": str(runner),
             "build_s": round(time.monotonic() - started, 3),
         }
         # Marker inside the temp dir, then one rename: the rename is the commit point.
@@ -140,7 +162,7 @@ def _remove_stale_tmp(target: Path) -> None:
             pass
 
 
-def resolve_model_path(model: ModelSpec, python: Path | None) -> Path:
+def resolve_model_path(model: ModelSpec, python: Path | PythonRunner | None) -> Path:
     """The checkpoint dir an experiment serves: its path, or the generated model (needs an image python)."""
     if model.path is not None:
         return model.path.expanduser()
@@ -259,6 +281,6 @@ def arm_constraint_violations(facts: CheckpointFacts, method: str | None, k: int
     return [reason for rule in CONSTRAINT_RULES if (reason := rule(facts, method, k)) is not None]
 
 
-def prepare_checkpoint(model: ModelSpec, python: Path | None = None) -> CheckpointFacts:
+def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None) -> CheckpointFacts:
     """Generate the model when the spec asks for one, then read its facts."""
     return check_checkpoint(resolve_model_path(model, python))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from specwatch.engine.checkpoint import LocalPython, PythonRunner
 from specwatch.records import ImageRef
 from specwatch.spec import ImageSpec
 
@@ -32,5 +33,16 @@ def backend_for(spec: ImageSpec) -> ImageBackend:
     return BACKENDS[spec.backend]
 
 
+def python_of(ref: ImageRef) -> PythonRunner | None:
+    """Where an image runs a script with its own packages (the model generator needs its torch)."""
+    if ref.python is not None:
+        return LocalPython(ref.python)
+    if ref.ref is not None:
+        from specwatch.engine.docker import ContainerPython  # the Docker SDK: only for container images
+
+        return ContainerPython(ref.ref)
+    return None
+
+
 # The built-in backends register themselves on import.
-from specwatch.engine.images import endpoint, python, venv  # noqa: E402, F401
+from specwatch.engine.images import docker, endpoint, python, venv  # noqa: E402, F401

@@ -34,6 +34,11 @@ print(json.dumps({"digest": "sha256:" + hashlib.sha256("\\n".join(dists).encode(
 """
 
 
+def probe_source() -> str:
+    """The probe, for an interpreter specwatch does not start itself (a container's)."""
+    return _PROBE
+
+
 def probe_environment(python: Path, timeout_s: float = 60.0) -> dict[str, object]:
     try:
         proc = subprocess.run([str(python), "-c", _PROBE, *VLLM_DISTRIBUTIONS], capture_output=True, text=True,

@@ -36,10 +36,13 @@ class LaunchContext:
     arm_dir: Path
     max_model_len: int | None = None
     host: str = "127.0.0.1"  # where the server binds and the client reaches it
+    run_id: str = ""
+    launch_name: str = ""  # <run>-<arm>-b<block>: names the launch's containers
 
 
 class Launcher(Protocol):
     name: str
+    boot_log_has_config: bool  # the server logs vLLM's resolved config at boot (k is confirmed from it)
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle: ...
 
@@ -86,4 +89,4 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
 
 
 # The built-in launchers register themselves on import.
-from specwatch.engine.launchers import command, endpoint, vllm  # noqa: E402, F401
+from specwatch.engine.launchers import command, docker, endpoint, vllm  # noqa: E402, F401

@@ -10,6 +10,7 @@ from specwatch.spec import ArmSpec
 
 class EndpointLauncher:
     name = "endpoint"
+    boot_log_has_config = False  # no boot seen
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
         assert image.url is not None
