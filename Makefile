@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO ?= examples/cpu-ngram.yaml
 
-.PHONY: install demo lint test serve browser clean
+.PHONY: install demo lint test serve browser engine clean
 
 install: $(STAMP)
 
@@ -31,7 +31,14 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: install browser lint
+# The container engine the docker tests use: podman serving the Docker API (each test session starts its
+# own service with its own storage root), debootstrap for the local base image, a loopback registry.
+engine:
+	@command -v podman >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 && \
+		command -v docker-registry >/dev/null 2>&1 || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap docker-registry >/dev/null; }
+
+test: install browser engine lint
 	$(BIN)/python -m pytest -ra
 
 # A real Prefect server + worker with the deployments applied; Ctrl-C stops it.

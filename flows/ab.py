@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,14 +57,20 @@ def _stop_servers(flow: Any, flow_run: Any, state: Any) -> None:
     processes.stop_all()
 
 
-def _images(spec: ExperimentSpec) -> tuple[dict[str, ImageRef], dict[str, str]]:
-    """Build every image an arm uses; a failed build fails its arms, not the run."""
+def _images(spec: ExperimentSpec, run_dir: Path) -> tuple[dict[str, ImageRef], dict[str, str]]:
+    """Build every image an arm uses; a failed build fails its arms, not the run. Build logs are
+    copied into the run dir, beside what the images produced."""
     refs, errors = {}, {}
     for name in dict.fromkeys(a.image for a in spec.arms):
         try:
             refs[name] = build_image(spec.image(name))
         except ImageError as exc:
             errors[name] = str(exc)
+            continue
+        log = refs[name].build_log
+        if log is not None and log.is_file():
+            (run_dir / "images").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(log, run_dir / "images" / f"{name}.build.log")
     return refs, errors
 
 
@@ -116,7 +123,7 @@ class _Blocks:
 def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
     """Images, checkpoint, then every launch in the counterbalanced order (and adaptive rounds)."""
     logger = get_run_logger()
-    refs, image_errors = _images(spec)
+    refs, image_errors = _images(spec, run_dir)
     facts = _checkpoint(spec, refs)
     result.checkpoint = facts
     model_dir = facts.path if facts else Path(spec.served_name)

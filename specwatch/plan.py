@@ -50,7 +50,7 @@ def plan(spec: ExperimentSpec) -> Plan:
         launches += boots
         total += boots * BOOT_ESTIMATE_S + blocks * per_block
         rows.append(ArmPlan(
-            arm=arm.name, image=image.url or "" if image.backend == "endpoint" else f"{image.package}=={image.version}",
+            arm=arm.name, image=image.describe(),
             launcher="endpoint" if boots == 0 else arm.launcher,
             method=arm.speculative.method if arm.speculative else "off", k=arm.k, cells=cells * blocks,
             requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(cells * blocks * wl.requests_per_cell),

@@ -125,6 +125,16 @@ class ImageSpec(_Strict):
     dockerfile: str | None = Field(default=None, description="docker: build deployments/docker/Dockerfile.<this> "
                                    "with the VLLM_VERSION build arg = version")
 
+    def describe(self) -> str:
+        """What the image is, in a plan's words."""
+        if self.backend == "endpoint":
+            return self.url or ""
+        if self.backend == "python":
+            return self.python
+        if self.backend == "docker":
+            return self.ref or f"Dockerfile.{self.dockerfile} vLLM {self.version}"
+        return f"{self.package}=={self.version}"
+
     @model_validator(mode="after")
     def _backend_fields(self, info: ValidationInfo) -> ImageSpec:
         if self.backend == "python" and "python" not in self.model_fields_set:
@@ -346,6 +356,10 @@ class ExperimentSpec(_Strict):
                 raise ValueError(f"arm {arm.name!r}: image {arm.image!r} is not defined; images are {sorted(images)}")
             if images[arm.image].backend == "endpoint" and arm.launcher == "command":
                 raise ValueError(f"arm {arm.name!r}: an endpoint image is already running; drop launcher: command")
+            if (images[arm.image].backend == "docker") != (arm.launcher == "docker"):
+                raise ValueError(f"arm {arm.name!r}: launcher docker runs container images (backend docker) and "
+                                 f"they run only in it; image {arm.image!r} is backend "
+                                 f"{images[arm.image].backend}, the arm's launcher {arm.launcher}")
         if self.baseline not in {a.name for a in self.arms}:
             raise ValueError(f"baseline {self.baseline!r} is not an arm; arms are {[a.name for a in self.arms]}")
         if not self.design.allow_confounded:

@@ -89,7 +89,7 @@ def spec() -> ExperimentSpec:
 
 
 def test_names_outside_the_registries_are_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="backend 'fixture' is not one of endpoint, python, venv"):
+    with pytest.raises(ValueError, match="backend 'fixture' is not one of docker, endpoint, python, venv"):
         spec()
 
 

@@ -151,3 +151,28 @@ def test_ladder_and_design_checks(tmp_path: Path) -> None:
     doc["design"] = {"blocks": 4, "max_blocks": 2}
     (line,) = problems(tmp_path, doc)
     assert "max_blocks 2 < blocks 4" in line
+
+
+def _docker_experiment(image: dict, launcher: str = "docker") -> dict:
+    return {"name": "d", "model": {"generate": {}}, "images": [{"name": "i", "backend": "docker", **image}],
+            "arms": [{"name": "a", "image": "i", "launcher": launcher,
+                      "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}],
+            "baseline": "a"}
+
+
+@pytest.mark.parametrize(("image", "launcher", "message"), [
+    ({}, "docker", "backend docker needs exactly one of ref .* or dockerfile"),
+    ({"ref": "r:1", "dockerfile": "cpu", "version": "1"}, "docker", "needs exactly one of ref"),
+    ({"dockerfile": "cpu"}, "docker", "dockerfile 'cpu' needs version"),
+    ({"ref": "r:1"}, "vllm", "launcher docker runs container images .* the arm's launcher vllm"),
+])
+def test_docker_images_say_what_they_need(image: dict, launcher: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ExperimentSpec.model_validate(_docker_experiment(image, launcher))
+
+
+def test_a_docker_image_names_its_variant_and_version_in_the_plan() -> None:
+    spec = ExperimentSpec.model_validate(_docker_experiment({"dockerfile": "cpu", "version": "0.32.0"}))
+    assert spec.images[0].describe() == "Dockerfile.cpu vLLM 0.32.0"
+    assert ExperimentSpec.model_validate(_docker_experiment({"ref": "vllm/vllm-openai:v0.26.0"})
+                                         ).images[0].describe() == "vllm/vllm-openai:v0.26.0"

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import threading
@@ -87,11 +88,14 @@ def build(engine: docker.DockerClient, context: Path, dockerfile: str, tag: str,
 def import_rootfs(engine: docker.DockerClient, tarball: Path, tag: str) -> Image:
     """A rootfs tarball as an image (how a base image is made where no registry is reachable)."""
     repository, _, version = tag.rpartition(":")
-    engine.api.import_image(src=str(tarball), repository=repository, tag=version,
-                            changes=['CMD ["/bin/bash"]', "ENV LANG=C.UTF-8"])
-    image = find_image(engine, tag)
+    answer = engine.api.import_image(src=str(tarball), repository=repository, tag=version,
+                                     changes=['CMD ["/bin/bash"]', "ENV LANG=C.UTF-8"])
+    # podman tags an import `:latest` whatever tag it is given: tag the imported id explicitly.
+    image_id = json.loads(answer.strip().splitlines()[-1]).get("id") if isinstance(answer, str) else None
+    image = find_image(engine, image_id or tag)
     if image is None:
-        raise EngineError(f"importing {tarball} as {tag} left no image")
+        raise EngineError(f"importing {tarball} as {tag} left no image (the engine answered {answer!r:.200})")
+    image.tag(repository, version)
     return image
 
 

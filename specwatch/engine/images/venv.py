@@ -103,6 +103,7 @@ def _ref_from_marker(spec: ImageSpec, marker: dict, build_s: float, reused: bool
         vllm_version=marker.get("vllm_version"),
         digest=marker.get("digest"),
         python=Path(marker["python"]),
+        build_log=Path(marker["python"]).parents[1] / BUILD_LOG,
         build_s=build_s,
         reused=reused,
     )
