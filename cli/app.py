@@ -62,9 +62,15 @@ def _load(file: Path) -> ExperimentSpec:
 
 
 @app.command()
-def validate(file: Annotated[Path, typer.Argument(help="experiment YAML")]) -> None:
+def validate(
+    file: Annotated[Path, typer.Argument(help="experiment YAML")],
+    launches: Annotated[bool, typer.Option("--plan", help="also print each rank's exact launch and env file")]
+    = False,
+) -> None:
     """Check an experiment file and print its plan; exit 1 with one line per problem."""
-    from specwatch.plan import plan
+    import shlex
+
+    from specwatch.plan import plan, rank_launches
 
     spec = _load(file)
     p = plan(spec)
@@ -79,6 +85,12 @@ def validate(file: Annotated[Path, typer.Argument(help="experiment YAML")]) -> N
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each)")
+    if launches:
+        for r in rank_launches(spec):
+            out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
+                      highlight=False, markup=False, soft_wrap=True)
+            for name, value in r.env.items():
+                out.print(f"    {name}={value}", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from specwatch.spec import ArmSpec, ImageSpec
 
 # What `design.varies` may name; `env:NAME` narrows env to one variable.
-VARIABLES = ("k", "image", "method", "args", "launcher", "env")
+VARIABLES = ("k", "image", "method", "args", "launcher", "env", "ranks")
 
 
 def signature(arm: ArmSpec, image: ImageSpec) -> dict[str, object]:
@@ -29,6 +29,8 @@ def signature(arm: ArmSpec, image: ImageSpec) -> dict[str, object]:
             json.dumps(spec.extra, sort_keys=True),
         ),
         "k": None if spec is None else spec.k,
+        # templates, not rendered values: `{k}` in a rank env is the arm's k, already compared above
+        "ranks": tuple((r.host, r.role, tuple(sorted(r.env.items())), tuple(r.args)) for r in arm.ranks),
     }
     sig.update({f"env:{name}": value for name, value in arm.env.items()})
     return sig

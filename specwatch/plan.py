@@ -5,6 +5,7 @@ a rough wall time. `specwatch validate` prints it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from specwatch.analysis.blocks import block_order
 from specwatch.spec import ExperimentSpec
@@ -56,3 +57,50 @@ def plan(spec: ExperimentSpec) -> Plan:
             requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(cells * blocks * wl.requests_per_cell),
         ))
     return Plan(rows, blocks, launches, total, block_order([a.name for a in spec.arms], design.blocks))
+
+
+@dataclass(frozen=True)
+class RankLaunch:
+    arm: str
+    rank: int
+    role: str
+    host: str
+    argv: list[str]  # secrets redacted
+    env: dict[str, str]  # the rendered env file, secrets redacted
+
+
+def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
+    """Per arm and rank, the exact launch (workers first, the head last), for `specwatch validate --plan`.
+
+    The run id and the head's port exist only at run time: `<run>` and `<port>` stand for them.
+    """
+    from specwatch import ranks as rk
+    from specwatch.engine.launchers import LaunchContext
+    from specwatch.engine.launchers.docker import docker_run_argv, rank_name
+    from specwatch.engine.launchers.vllm import VLLM_ENTRYPOINT, server_args
+    from specwatch.redact import redact_argv, redact_env
+
+    hosts = {h.name: h for h in spec.hosts}
+    model = spec.model.path or "<generated model>"
+    out = []
+    for arm in spec.arms:
+        rendered = rk.render(arm, hosts)
+        image = spec.image(arm.image)
+        for rank in sorted(rendered, key=lambda r: r.role == "head"):
+            ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
+                                max_model_len=spec.model.max_model_len, host=rank.address)
+            args = server_args(arm, ctx, 0) + rank.args + rk.multinode_args(rank, len(rendered), rendered[0].address)
+            args = [("<port>" if a == "0" and args[i - 1] == "--port" else a) for i, a in enumerate(args)]
+            if rank.role == "worker":  # a headless rank serves no API
+                cut = args.index("--host")
+                args = args[:cut] + args[cut + 4:]
+            env = redact_env(rank.env)
+            if image.backend == "docker":
+                name = rank_name(f"<run>-{arm.name}-b{block}", rank.index)
+                labels = {"specwatch.run": "<run>", "specwatch.launch": name}
+                argv = docker_run_argv(name, labels, {}, Path(str(model)), image.describe(), args,
+                                       env_file=f"<env file of {name}>", headless=rank.role == "worker")
+            else:
+                argv = ["<image python>", "-m", VLLM_ENTRYPOINT, *args]
+            out.append(RankLaunch(arm.name, rank.index, rank.role, rank.host, redact_argv(argv), env))
+    return out

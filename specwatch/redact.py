@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
+# TOKEN but not TOKENS: NUM_SPECULATIVE_TOKENS and MAX_TOKENS are counts, not credentials.
+SECRET_NAME = re.compile(r"TOKEN(?!S)|KEY|SECRET|PASSWORD", re.IGNORECASE)
 REDACTED = "***"
 
 

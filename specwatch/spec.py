@@ -94,13 +94,14 @@ class ModelSpec(_Strict):
     served_name: str | None = None
     max_model_len: PositiveInt | None = Field(
         default=None, description="--max-model-len for every arm; default: the checkpoint's own maximum")
+    on_hosts: bool = Field(default=False, description="path is on the ranks' hosts, not on this machine")
 
     @model_validator(mode="after")
     def _one_source(self, info: ValidationInfo) -> ModelSpec:
         if (self.path is None) == (self.generate is None):
             raise ValueError("set exactly one of model.path (a checkpoint directory) or model.generate")
         stored = bool(info.context and info.context.get("stored"))  # a past run's spec: the dir may be gone
-        if self.path is not None and not stored and not self.path.expanduser().is_dir():
+        if self.path is not None and not stored and not self.on_hosts and not self.path.expanduser().is_dir():
             raise ValueError(
                 f"model.path {str(self.path)!r} is not a directory; point it at a checkpoint with config.json"
             )
@@ -212,6 +213,22 @@ class SpeculativeSpec(_Strict):
         return json.dumps(cfg, separators=(",", ":"))
 
 
+class HostSpec(_Strict):
+    """A machine ranks run on. `netns` stands a network namespace of this machine in for one."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
+    address: str = Field(description="where the host is reached: the head's master address, the client's URL")
+    netns: str | None = Field(default=None, description="run its ranks in this network namespace (ip netns exec)")
+
+
+class RankSpec(_Strict):
+    host: str = Field(default="local", description="a host name from hosts:, or local")
+    role: Literal["head", "worker"] = "worker"
+    env: dict[str, str] = Field(default_factory=dict, description="templates: {k} {spec_config} {rank} {nnodes} "
+                                "{host} {address} {head_address}")
+    args: list[str] = Field(default_factory=list, description="extra server args for this rank")
+
+
 class ArmSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     image: str
@@ -225,6 +242,9 @@ class ArmSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     boot_timeout_s: PositiveFloat = 600.0
+    ranks: list[RankSpec] = Field(default_factory=list, description="one server over several ranks; empty = one")
+    rank_invariant_env: list[str] = Field(default_factory=list,
+                                          description="more env names every rank must share (see specwatch.ranks)")
 
     @model_validator(mode="after")
     def _launcher_fields(self) -> ArmSpec:
@@ -330,6 +350,7 @@ class ExperimentSpec(_Strict):
     images: Annotated[list[ImageSpec], Field(min_length=1)]
     arms: Annotated[list[ArmSpec], Field(min_length=1)]
     baseline: str
+    hosts: list[HostSpec] = Field(default_factory=list, description="machines ranks run on (besides local)")
     workload: WorkloadSpec = WorkloadSpec()
     sampling: SamplingSpec = SamplingSpec()
     thresholds: Thresholds = Thresholds()
@@ -360,6 +381,11 @@ class ExperimentSpec(_Strict):
                 raise ValueError(f"arm {arm.name!r}: launcher docker runs container images (backend docker) and "
                                  f"they run only in it; image {arm.image!r} is backend "
                                  f"{images[arm.image].backend}, the arm's launcher {arm.launcher}")
+        from specwatch import ranks
+
+        hosts = {h.name: h for h in self.hosts}
+        for arm in self.arms:
+            ranks.check_invariants(arm, ranks.render(arm, hosts))
         if self.baseline not in {a.name for a in self.arms}:
             raise ValueError(f"baseline {self.baseline!r} is not an arm; arms are {[a.name for a in self.arms]}")
         if not self.design.allow_confounded:

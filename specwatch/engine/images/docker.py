@@ -98,7 +98,7 @@ class DockerBackend:
             else:
                 context, content = _context(spec)
                 ref = f"localhost/specwatch-vllm-{spec.dockerfile}:{spec.version}-{content}"
-                build_log = context.with_suffix(".build.log")
+                build_log = context.parent / f"{context.name}.build.log"
                 image = engine_api.find_image(engine, ref)
                 reused = image is not None
                 if image is None:

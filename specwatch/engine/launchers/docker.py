@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 STOP_GRACE_S = 3
 ENTRYPOINT = ["python3", "-m", VLLM_ENTRYPOINT]
+# A headless rank runs `vllm serve --headless`: the OpenAI server's module accepts --headless but
+# ignores it (vLLM 0.32) and would start an engine of its own on a follower node.
+HEADLESS_ENTRYPOINT = ["vllm", "serve"]
 
 
 @dataclass
@@ -56,14 +59,20 @@ class ContainerMember:
         processes.untrack(("container", self.container.id))
 
 
+def rank_name(launch_name: str, rank: int) -> str:
+    return f"{launch_name}-r{rank}"
+
+
 def docker_run_argv(name: str, labels: dict[str, str], env: dict[str, str], model: Path, ref: str,
-                    args: list[str]) -> list[str]:
+                    args: list[str], env_file: str | None = None, headless: bool = False) -> list[str]:
     """The `docker run` a user would type for the same container (provenance; secrets redacted by the caller)."""
     argv = ["docker", "run", "-d", "--name", name]
     argv += [f"--label={k}={v}" for k, v in labels.items()]
     argv += ["--network", "host", "--ipc", "host"]
     argv += [f"--env={k}={v}" for k, v in env.items()]
-    return argv + ["-v", f"{model}:{model}:ro", "--entrypoint", ENTRYPOINT[0], ref, *ENTRYPOINT[1:], *args]
+    argv += ["--env-file", env_file] if env_file else []
+    entry = HEADLESS_ENTRYPOINT if headless else ENTRYPOINT
+    return argv + ["-v", f"{model}:{model}:ro", "--entrypoint", entry[0], ref, *entry[1:], *args]
 
 
 class DockerLauncher:
