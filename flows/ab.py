@@ -19,7 +19,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 import specwatch
-from specwatch import paths
+from specwatch import paths, ranks
 from specwatch.analysis.adaptive import adaptive_decision
 from specwatch.analysis.blocks import block_order
 from specwatch.analysis.verdict import assess, compare_cells, confidence_for, decision_records
@@ -107,7 +107,8 @@ class _Blocks:
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
                             arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
                             max_model_len=self.spec.model.max_model_len, run_id=self.result.run_id,
-                            launch_name=f"{self.result.run_id}-{name}-b{block}")
+                            launch_name=f"{self.result.run_id}-{name}-b{block}",
+                            ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})))
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
                              namespace=f"{self.result.run_id}:{name}:b{block}", block=block)

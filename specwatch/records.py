@@ -304,6 +304,20 @@ class CellResult(_Record):
         return {**self.model_dump(exclude={"requests", "window"}), **window}
 
 
+class RankRecord(_Record):
+    """One rank of a multi-rank launch (provenance: where it ran, with what, its env's hash)."""
+
+    rank: int
+    role: Literal["head", "worker"]
+    host: str
+    address: str
+    argv: list[str] = []
+    env: dict[str, str] = {}  # redacted
+    env_hash: str | None = None  # over the rendered env, secrets included: equal hashes, equal env
+    log_path: Path | None = None
+    gpu: str | None = None
+
+
 class LaunchRecord(_Record):
     launcher: str
     base_url: str
@@ -313,6 +327,7 @@ class LaunchRecord(_Record):
     boot_s: float | None = None
     k_confirmed: int | None = None
     k_source: Literal["boot_log", "metrics"] | None = None
+    ranks: list[RankRecord] = []
 
 
 class ArmResult(_Record):

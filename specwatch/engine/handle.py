@@ -7,6 +7,7 @@ It is a context manager whose stop reaches every member, in reverse start order.
 from __future__ import annotations
 
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -36,12 +37,13 @@ class ProcessMember:
     host: str = "127.0.0.1"
     port: int | None = None  # None: a member that serves no HTTP itself (a headless rank)
     role: str = "server"
+    grace_s: float = 20.0  # SIGTERM, then SIGKILL after this long
 
     def exit_code(self) -> int | None:
         return self.proc.poll()
 
     def stop(self) -> None:
-        processes.stop(self.proc)
+        processes.stop(self.proc, grace_s=self.grace_s)
 
 
 @dataclass
@@ -58,8 +60,16 @@ class ServerHandle:
         self.stop()
 
     def stop(self) -> None:
-        for member in reversed(self.members):
-            member.stop()
+        """Every member, the last started first; ranks stop in parallel so none waits on another."""
+        if len(self.members) == 1:
+            self.members[0].stop()
+            return
+        threads = [threading.Thread(target=m.stop, name=f"stop-{m.role}-{i}")
+                   for i, m in enumerate(reversed(self.members))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def exited(self) -> int | None:
         """The exit code of the first member that ended, None while all run."""

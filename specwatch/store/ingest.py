@@ -21,13 +21,14 @@ from specwatch.records import (
     LaunchRecord,
     Provenance,
     QualityRecord,
+    RankRecord,
     RequestSample,
     RunResult,
     SpecWindow,
 )
 from specwatch.store import db
 
-TABLES = ("runs", "arms", "cells", "requests", "spec_positions", "quality_results", "probes")
+TABLES = ("runs", "arms", "cells", "requests", "spec_positions", "quality_results", "probes", "ranks")
 
 
 def frames(result: RunResult) -> dict[str, pd.DataFrame]:
@@ -58,7 +59,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         "started_at": result.started_at,
         "ended_at": result.ended_at,
     }]
-    arms, cells, requests, positions, probes = [], [], [], [], []
+    arms, cells, requests, positions, probes, ranks = [], [], [], [], [], []
     for arm in result.arms:
         key = {"run_id": result.run_id, "arm": arm.name, "block": arm.block}
         img, launch = arm.image_ref, arm.launch
@@ -87,6 +88,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             "ended_at": arm.ended_at,
         })
         probes += [{**key, "probe": i, "token_ids": ids} for i, ids in enumerate(arm.probes or [])]
+        ranks += [{**key, **r.model_dump(mode="json", exclude={"argv", "env"}), "argv": json.dumps(r.argv),
+                   "env": json.dumps(r.env)} for r in (launch.ranks if launch else [])]
         for cell in arm.cells:
             ckey = {**key, "cell": cell.cell}
             summary = cell.summary()
@@ -103,7 +106,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}
                for q in result.quality]
     data = {"runs": runs, "arms": arms, "cells": cells, "requests": requests,
-            "spec_positions": positions, "quality_results": quality, "probes": probes}
+            "spec_positions": positions, "quality_results": quality, "probes": probes, "ranks": ranks}
     return {table: pd.DataFrame(rows) for table, rows in data.items()}
 
 
@@ -168,6 +171,10 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
     probes: dict[tuple[Any, ...], list[list[int]]] = {}
     for p in sorted(_rows(con, "probes", run_id), key=lambda p: p["probe"]):
         probes.setdefault((p["arm"], p["block"]), []).append(list(p["token_ids"]))
+    ranks: dict[tuple[Any, ...], list[RankRecord]] = {}
+    for r in sorted(_rows(con, "ranks", run_id), key=lambda r: r["rank"]):
+        ranks.setdefault((r["arm"], r["block"]), []).append(RankRecord.model_validate(
+            {**_own(RankRecord, r), "argv": json.loads(r["argv"]), "env": json.loads(r["env"])}))
     arms = []
     for a in sorted(_rows(con, "arms", run_id), key=lambda a: a["started_at"]):
         key = (a["arm"], a["block"])
@@ -175,7 +182,8 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
                          digest=a["image_digest"]) if a["backend"] else None
         launch = LaunchRecord(launcher=a["launcher"], base_url=a["base_url"], argv=json.loads(a["launch_argv"]),
                               env=json.loads(a["launch_env"]), log_path=a["log_path"], boot_s=a["boot_s"],
-                              k_confirmed=a["k_confirmed"], k_source=a["k_source"]) if a["launcher"] else None
+                              k_confirmed=a["k_confirmed"], k_source=a["k_source"],
+                              ranks=ranks.get(key, [])) if a["launcher"] else None
         arms.append(ArmResult.model_validate({
             **_own(ArmResult, a, name="arm"), "image_ref": image, "launch": launch, "probes": probes.get(key),
             "cells": sorted(cells.get(key, []), key=lambda c: c.key.sort_key()),

@@ -16,6 +16,7 @@ from typing import Protocol
 from specwatch.engine import processes
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import ProcessMember, ServerHandle
+from specwatch.ranks import Rank
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
@@ -38,6 +39,7 @@ class LaunchContext:
     host: str = "127.0.0.1"  # where the server binds and the client reaches it
     run_id: str = ""
     launch_name: str = ""  # <run>-<arm>-b<block>: names the launch's containers
+    ranks: tuple[Rank, ...] = ()  # a multi-rank arm's ranks, rendered (specwatch.ranks)
 
 
 class Launcher(Protocol):

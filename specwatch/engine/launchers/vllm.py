@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import LaunchContext, free_port, register, spawn_server
-from specwatch.records import ImageRef
+from pathlib import Path
+
+from specwatch.engine import processes
+from specwatch.engine.environ import clean_environ
+from specwatch.engine.handle import ProcessMember, ServerHandle
+from specwatch.engine.launchers import LaunchContext, free_port, register, server_env, spawn_server
+from specwatch.ranks import Rank, multinode_args
+from specwatch.records import ImageRef, LaunchRecord, RankRecord
+from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
 
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
@@ -24,14 +30,69 @@ def server_args(arm: ArmSpec, ctx: LaunchContext, port: int) -> list[str]:
     return argv + arm.args
 
 
+VLLM_CLI = Path(__file__).resolve().parents[1] / "vllm_cli.py"
+RANK_STOP_GRACE_S = 8.0
+
+
+def rank_argv(arm: ArmSpec, ctx: LaunchContext, rank: Rank, python: str, port: int, head_address: str,
+              master_port: int) -> list[str]:
+    """One rank's command line: the head serves the API; a worker is headless (vLLM's CLI)."""
+    common = ["--model", str(ctx.model_dir), "--served-model-name", ctx.served_name]
+    if ctx.max_model_len:
+        common += ["--max-model-len", str(ctx.max_model_len)]
+    if arm.speculative is not None:
+        common += ["--speculative-config", arm.speculative.config_json()]
+    tail = [*arm.args, *rank.args, *multinode_args(rank, len(ctx.ranks), head_address, master_port)]
+    if rank.role == "head":
+        argv = [python, "-m", VLLM_ENTRYPOINT, *common, "--host", rank.address, "--port", str(port), *tail]
+    else:
+        argv = [python, str(VLLM_CLI), "serve", *common, *tail]
+    return ["ip", "netns", "exec", rank.netns, *argv] if rank.netns else argv
+
+
 class VllmLauncher:
     name = "vllm"
     boot_log_has_config = True  # vLLM logs its resolved config (and k) at boot
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
+        if ctx.ranks:
+            return self._start_ranks(arm, image, ctx)
         port = free_port(ctx.host)
         argv = [str(image.python), "-m", VLLM_ENTRYPOINT, *server_args(arm, ctx, port)]
         return spawn_server(argv, arm, image, ctx, port, self.name)
+
+    def _start_ranks(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
+        """Workers first, the head last (DOMAIN rule 11); each rank in its own process group and log."""
+        head = next(r for r in ctx.ranks if r.role == "head")
+        port, master_port = free_port(), free_port()
+        base = server_env(arm, image)
+        handle: ServerHandle | None = None
+        records = []
+        try:
+            for rank in sorted(ctx.ranks, key=lambda r: r.role == "head"):
+                env = {**base, **rank.env}
+                argv = rank_argv(arm, ctx, rank, str(image.python), port, head.address, master_port)
+                log_path = ctx.arm_dir / ("server.log" if rank.role == "head" else f"rank-{rank.index}.log")
+                proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
+                member = ProcessMember(proc, log_path, host=rank.address, port=port if rank.role == "head" else None,
+                                       role=rank.role, grace_s=RANK_STOP_GRACE_S)
+                records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address,
+                                          argv=redact_argv(argv), env=redact_env(env), env_hash=rank.env_hash,
+                                          log_path=log_path))
+                if handle is None:
+                    handle = ServerHandle(base_url=f"http://{head.address}:{port}",
+                                          record=LaunchRecord(launcher=self.name, base_url=f"http://{head.address}:{port}"),
+                                          secrets=env)
+                handle.members.append(member)
+        except BaseException:
+            if handle is not None:
+                handle.stop()
+            raise
+        assert handle is not None
+        head_record = records[-1]
+        handle.record = handle.record.model_copy(update={
+            "argv": head_record.argv, "env": head_record.env, "log_path": head_record.log_path, "ranks": records})
+        return handle
 
 
 register(VllmLauncher())

@@ -1,0 +1,1 @@
+DELETE FROM ranks WHERE run_id = $run_id;

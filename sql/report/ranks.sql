@@ -1,0 +1,1 @@
+SELECT * FROM ranks WHERE run_id = $run_id;
