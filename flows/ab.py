@@ -23,7 +23,7 @@ from specwatch import paths, ranks
 from specwatch.analysis.adaptive import adaptive_decision
 from specwatch.analysis.blocks import block_order
 from specwatch.analysis.verdict import assess, compare_cells, confidence_for, decision_records
-from specwatch.engine import processes
+from specwatch.engine import orphans, processes
 from specwatch.engine.checkpoint import CheckpointError
 from specwatch.engine.images import ImageError, python_of
 from specwatch.engine.launchers import LaunchContext
@@ -104,6 +104,8 @@ class _Blocks:
         if arm.image in self.image_errors:
             self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
             return
+        for line in orphans.sweep():  # servers a killed run left behind hold the machine: stop them first
+            logger.warning("%s", line)
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
                             arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
                             max_model_len=self.spec.model.max_model_len, run_id=self.result.run_id,
@@ -186,7 +188,7 @@ def ab(
         started_at=datetime.now(UTC),
     )
     try:
-        with _cluster_lock(cluster):
+        with _cluster_lock(cluster), orphans.run_lock(run_id):
             _measure(spec, result, run_dir)
     except CheckpointError as exc:
         result.ended_at = datetime.now(UTC)

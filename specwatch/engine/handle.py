@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from specwatch.engine import processes
+from specwatch.engine import orphans, processes
+from specwatch.engine.orphans import LaunchTrace
 from specwatch.records import LaunchRecord
 from specwatch.redact import redact_text
 
@@ -38,12 +39,14 @@ class ProcessMember:
     port: int | None = None  # None: a member that serves no HTTP itself (a headless rank)
     role: str = "server"
     grace_s: float = 20.0  # SIGTERM, then SIGKILL after this long
+    trace: LaunchTrace | None = None  # its record in the state dir (specwatch.engine.orphans)
 
     def exit_code(self) -> int | None:
         return self.proc.poll()
 
     def stop(self) -> None:
         processes.stop(self.proc, grace_s=self.grace_s)
+        orphans.forget(self.trace)
 
 
 @dataclass

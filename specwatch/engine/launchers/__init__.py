@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from specwatch.engine import processes
+from specwatch.engine import orphans, processes
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import ProcessMember, ServerHandle
+from specwatch.engine.orphans import LaunchTrace
 from specwatch.ranks import Rank
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env
@@ -86,8 +87,13 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
         log_path=log_path,
     ))
     proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
-    return ServerHandle(base_url=record.base_url, record=record,
-                        members=[ProcessMember(proc, log_path, host=ctx.host, port=port)], secrets=env)
+    member = ProcessMember(proc, log_path, host=ctx.host, port=port, trace=traced(ctx, proc.pid))
+    return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=env)
+
+
+def traced(ctx: LaunchContext, pid: int) -> LaunchTrace | None:
+    """Record a launched process in the state dir while a run owns it (the orphan rule)."""
+    return orphans.remember_process(ctx.run_id, pid) if ctx.run_id else None
 
 
 # The built-in launchers register themselves on import.

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specwatch.engine import processes
+from specwatch.engine import orphans, processes
 from specwatch.engine.handle import ServerHandle
 from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, register, server_env
 from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
+from specwatch.engine.orphans import LaunchTrace
 from specwatch.ranks import Rank
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
@@ -37,6 +38,7 @@ class ContainerMember:
     host: str = "127.0.0.1"
     port: int | None = None
     role: str = "server"
+    trace: LaunchTrace | None = None
 
     def exit_code(self) -> int | None:
         from docker.errors import NotFound
@@ -56,6 +58,7 @@ class ContainerMember:
         with contextlib.suppress(NotFound):
             self.container.remove(force=True)
         processes.untrack(("container", self.container.id))
+        orphans.forget(self.trace)
 
 
 def rank_name(launch_name: str, rank: int) -> str:
@@ -117,9 +120,10 @@ class DockerLauncher:
                                  str(VLLM_CLI): {"bind": CONTAINER_CLI, "mode": "ro"}})
                 except Exception as exc:  # the SDK's API errors: a refused run is the arm's failure, with why
                     raise LaunchError(f"arm {arm.name}: the engine refused to run {image.ref}: {exc}") from None
+                trace = orphans.remember_container(ctx.run_id, container.id, name, image.ref) if ctx.run_id else None
                 member = ContainerMember(container, log_path, host=rank.address if rank else ctx.host,
                                          port=port if rank is None or rank.role == "head" else None,
-                                         role=rank.role if rank else "server")
+                                         role=rank.role if rank else "server", trace=trace)
                 processes.track(("container", container.id), member)
                 handle.members.append(member)
                 engine_api.follow_logs(container, log_path)

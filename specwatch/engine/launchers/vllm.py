@@ -7,7 +7,7 @@ from pathlib import Path
 from specwatch.engine import processes
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import ProcessMember, ServerHandle
-from specwatch.engine.launchers import LaunchContext, free_port, register, server_env, spawn_server
+from specwatch.engine.launchers import LaunchContext, free_port, register, server_env, spawn_server, traced
 from specwatch.ranks import Rank, multinode_args
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
@@ -77,7 +77,7 @@ class VllmLauncher:
                 log_path = ctx.arm_dir / ("server.log" if rank.role == "head" else f"rank-{rank.index}.log")
                 proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
                 member = ProcessMember(proc, log_path, host=rank.address, port=port if rank.role == "head" else None,
-                                       role=rank.role, grace_s=RANK_STOP_GRACE_S)
+                                       role=rank.role, grace_s=RANK_STOP_GRACE_S, trace=traced(ctx, proc.pid))
                 records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address,
                                           argv=redact_argv(argv), env=redact_env(env), env_hash=rank.env_hash,
                                           log_path=log_path))
