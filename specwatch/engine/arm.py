@@ -15,6 +15,7 @@ from specwatch.bench.client import BenchError, BenchTarget
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.runner import CellRunner, Isolated, prepare, probe
+from specwatch.engine import gpu
 from specwatch.engine.checkpoint import arm_constraint_violations
 from specwatch.engine.handle import ServerHandle
 from specwatch.engine.launchers import LAUNCHERS, BootExit, LaunchContext, LaunchError, launcher_for
@@ -102,6 +103,8 @@ def _launch_once(
     base = dict(name=arm.name, block=block, image=arm.image, k=arm.k, image_ref=image, method=method,
                 started_at=started)
     refusals = arm_constraint_violations(facts, method, arm.k) if facts else []
+    if (held := gpu.precheck(arm.args)) is not None:
+        refusals.append(f"precheck: {held}")
     if refusals:
         return ArmResult.model_validate({**base, "status": "refused", "reason": "; ".join(refusals),
                                          "ended_at": datetime.now(UTC)})
