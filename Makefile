@@ -31,12 +31,14 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The container engine the docker tests use: podman serving the Docker API (each test session starts its
-# own service with its own storage root), debootstrap for the local base image, a loopback registry.
+# What the integration tests start for real: podman serving the Docker API (each test session starts its
+# own service with its own storage root), debootstrap for the local base image, a loopback registry,
+# and sshd (a remote host on loopback).
 engine:
 	@command -v podman >/dev/null 2>&1 && command -v debootstrap >/dev/null 2>&1 && \
-		command -v docker-registry >/dev/null 2>&1 || { apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap docker-registry >/dev/null; }
+		command -v docker-registry >/dev/null 2>&1 && test -x /usr/sbin/sshd || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap docker-registry \
+		openssh-server >/dev/null; }
 
 test: install browser engine lint
 	$(BIN)/python -m pytest -ra

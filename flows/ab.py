@@ -106,11 +106,14 @@ class _Blocks:
             return
         for line in orphans.sweep():  # servers a killed run left behind hold the machine: stop them first
             logger.warning("%s", line)
+        host = {h.name: h for h in self.spec.hosts}.get(arm.host)  # None: this machine
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
                             arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
                             max_model_len=self.spec.model.max_model_len, run_id=self.result.run_id,
                             launch_name=f"{self.result.run_id}-{name}-b{block}",
-                            ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})))
+                            ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})),
+                            host=host.address if host else "127.0.0.1", ssh=ranks.route_to(host),
+                            netns=host.netns if host else None)
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
                              namespace=f"{self.result.run_id}:{name}:b{block}", block=block)

@@ -12,6 +12,7 @@ import hashlib
 import json
 import string
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -39,6 +40,26 @@ class RankError(ValueError):
 
 
 @dataclass(frozen=True)
+class SshRoute:
+    """How a host is reached over SSH (specwatch.engine.remote connects with it)."""
+
+    host: str
+    address: str
+    user: str
+    port: int = 22
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+    workdir: str = "/tmp/specwatch"
+
+
+def route_to(host: HostSpec | None) -> SshRoute | None:
+    if host is None or host.ssh is None:
+        return None
+    s = host.ssh
+    return SshRoute(host.name, host.address, s.user, s.port, s.key_file, s.known_hosts, host.workdir)
+
+
+@dataclass(frozen=True)
 class Rank:
     index: int  # the node rank: the head is 0, workers follow in the order listed
     role: str
@@ -48,6 +69,7 @@ class Rank:
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     listed: int = 0  # position in the arm's `ranks:` list (for error messages)
+    ssh: SshRoute | None = None
 
     def invariants(self, spec_config: str, extra_env: tuple[str, ...] = ()) -> dict[str, str]:
         found = {"speculative_config": spec_config}
@@ -104,7 +126,7 @@ def render(arm: ArmSpec, hosts: dict[str, HostSpec]) -> list[Rank]:
                                 f"which has no value; known: {', '.join('{' + v + '}' for v in sorted(values))}")
             env[name] = template.format(**values)
         out.append(Rank(node_rank, spec.role, spec.host, values["address"], host.netns if host else None,
-                        env, list(spec.args), listed))
+                        env, list(spec.args), listed, route_to(host)))
     return out
 
 

@@ -213,12 +213,27 @@ class SpeculativeSpec(_Strict):
         return json.dumps(cfg, separators=(",", ":"))
 
 
+class SshSpec(_Strict):
+    user: str
+    port: PositiveInt = 22
+    key_file: Path | None = None
+    known_hosts: Path | None = Field(default=None, description="default ~/.ssh/known_hosts; the key must match")
+
+
 class HostSpec(_Strict):
-    """A machine ranks run on. `netns` stands a network namespace of this machine in for one."""
+    """A machine servers run on: over SSH (`ssh:`), or a network namespace of this machine (`netns:`)."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     address: str = Field(description="where the host is reached: the head's master address, the client's URL")
     netns: str | None = Field(default=None, description="run its ranks in this network namespace (ip netns exec)")
+    ssh: SshSpec | None = None
+    workdir: str = Field(default="/tmp/specwatch", description="with ssh: where server logs are kept on the host")
+
+    @model_validator(mode="after")
+    def _one_way_there(self) -> HostSpec:
+        if self.ssh is not None and self.netns is not None:
+            raise ValueError(f"host {self.name!r}: set ssh (a remote machine) or netns (a namespace here), not both")
+        return self
 
 
 class RankSpec(_Strict):
@@ -242,6 +257,7 @@ class ArmSpec(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     boot_timeout_s: PositiveFloat = 600.0
+    host: str = Field(default="local", description="the host a single-server arm runs on (hosts:, or local)")
     ranks: list[RankSpec] = Field(default_factory=list, description="one server over several ranks; empty = one")
     rank_invariant_env: list[str] = Field(default_factory=list,
                                           description="more env names every rank must share (see specwatch.ranks)")
@@ -385,6 +401,9 @@ class ExperimentSpec(_Strict):
 
         hosts = {h.name: h for h in self.hosts}
         for arm in self.arms:
+            if arm.host != ranks.LOCAL and arm.host not in hosts:
+                raise ValueError(f"arm {arm.name!r}: host {arm.host!r} is not defined; hosts are "
+                                 f"{sorted({ranks.LOCAL, *hosts})}")
             ranks.check_invariants(arm, ranks.render(arm, hosts))
         if self.baseline not in {a.name for a in self.arms}:
             raise ValueError(f"baseline {self.baseline!r} is not an arm; arms are {[a.name for a in self.arms]}")

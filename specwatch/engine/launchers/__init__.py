@@ -15,9 +15,9 @@ from typing import Protocol
 
 from specwatch.engine import orphans, processes
 from specwatch.engine.environ import clean_environ
-from specwatch.engine.handle import ProcessMember, ServerHandle
+from specwatch.engine.handle import Member, ProcessMember, ServerHandle
 from specwatch.engine.orphans import LaunchTrace
-from specwatch.ranks import Rank
+from specwatch.ranks import Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
@@ -41,6 +41,8 @@ class LaunchContext:
     run_id: str = ""
     launch_name: str = ""  # <run>-<arm>-b<block>: names the launch's containers
     ranks: tuple[Rank, ...] = ()  # a multi-rank arm's ranks, rendered (specwatch.ranks)
+    ssh: SshRoute | None = None  # a single-server arm on a remote host
+    netns: str | None = None  # ... or in a namespace of this machine
 
 
 class Launcher(Protocol):
@@ -63,8 +65,13 @@ def launcher_for(arm: ArmSpec, image: ImageRef) -> Launcher:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on `host` when it is an address of this machine; for a remote host, one free here
+    (the best guess without a round trip; a taken port fails the boot with the server's log)."""
     with socket.socket() as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
@@ -77,17 +84,36 @@ def server_env(arm: ArmSpec, image: ImageRef) -> dict[str, str]:
     return env
 
 
+def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: LaunchContext, *, address: str,
+                  port: int | None, role: str = "server", grace_s: float = 20.0, ssh: SshRoute | None = None,
+                  netns: str | None = None) -> Member:
+    """One server process in its own process group: here, in a namespace of this machine, or on a
+    host over SSH (there it gets only what specwatch sets, not this machine's environment)."""
+    if ssh is not None:
+        from specwatch.engine.remote import Remote, RemoteMember  # asyncssh: only for remote hosts
+
+        remote = Remote(ssh)
+        remote_log = f"{ssh.workdir}/{ctx.launch_name or 'launch'}/{log_path.name}"
+        member = RemoteMember(remote, remote.spawn(argv, env, remote_log), remote_log, log_path, port, role, grace_s)
+        processes.track(("remote", ssh.host, member.pid), member)
+        return member
+    if netns is not None:  # a namespace of this machine standing in for the host
+        argv = ["ip", "netns", "exec", netns, *argv]
+    proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
+    return ProcessMember(proc, log_path, host=address, port=port, role=role, grace_s=grace_s,
+                         trace=traced(ctx, proc.pid))
+
+
 def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchContext, port: int,
                  launcher: str) -> ServerHandle:
-    """One local server process in its own group, logging into the arm dir."""
+    """One server process in its own group, logging into the arm dir (on ctx.ssh's host, if set)."""
     env = server_env(arm, image)
     log_path = ctx.arm_dir / "server.log"
     record = LaunchRecord.model_validate(dict(
         launcher=launcher, base_url=f"http://{ctx.host}:{port}", argv=redact_argv(argv), env=redact_env(env),
         log_path=log_path,
     ))
-    proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
-    member = ProcessMember(proc, log_path, host=ctx.host, port=port, trace=traced(ctx, proc.pid))
+    member = start_process(argv, env, log_path, ctx, address=ctx.host, port=port, ssh=ctx.ssh, netns=ctx.netns)
     return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=env)
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specwatch.engine import processes
-from specwatch.engine.environ import clean_environ
-from specwatch.engine.handle import ProcessMember, ServerHandle
-from specwatch.engine.launchers import LaunchContext, free_port, register, server_env, spawn_server, traced
+from specwatch.engine.handle import ServerHandle
+from specwatch.engine.launchers import LaunchContext, free_port, register, server_env, spawn_server, start_process
 from specwatch.ranks import Rank, multinode_args
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
@@ -72,12 +70,10 @@ class VllmLauncher:
                 env = {**base, **rank.env}
                 argv = [*program(rank, str(image.python), VLLM_CLI),
                         *server_args(arm, ctx, port, rank, (head.address, master_port))]
-                if rank.netns:  # a namespace of this machine standing in for the rank's host
-                    argv = ["ip", "netns", "exec", rank.netns, *argv]
                 log_path = ctx.arm_dir / ("server.log" if rank.role == "head" else f"rank-{rank.index}.log")
-                proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
-                member = ProcessMember(proc, log_path, host=rank.address, port=port if rank.role == "head" else None,
-                                       role=rank.role, grace_s=RANK_STOP_GRACE_S, trace=traced(ctx, proc.pid))
+                member = start_process(argv, env, log_path, ctx, address=rank.address,
+                                       port=port if rank.role == "head" else None, role=rank.role,
+                                       grace_s=RANK_STOP_GRACE_S, ssh=rank.ssh, netns=rank.netns)
                 records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address,
                                           argv=redact_argv(argv), env=redact_env(env), env_hash=rank.env_hash,
                                           log_path=log_path))

@@ -1,0 +1,117 @@
+"""Hosts reached over SSH (asyncssh): ranks started there in their own process group, watched,
+and stopped by that group, the host's key checked against known_hosts.
+
+Every call is a short connection of its own: a launch spans minutes, and a rank's liveness
+must not depend on one long-lived session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specwatch.engine.launchers import LaunchError
+from specwatch.ranks import SshRoute
+
+if TYPE_CHECKING:
+    import asyncssh
+
+CONNECT_TIMEOUT_S = 15.0
+
+
+class RemoteError(LaunchError):
+    """A host that cannot be reached or trusted; the message is one line naming the host and the fix."""
+
+
+class Remote:
+    """Commands on one host over SSH."""
+
+    def __init__(self, route: SshRoute) -> None:
+        self.route = route
+        self.name, self.address, self.user, self.port = route.host, route.address, route.user, route.port
+        self.key_file, self.known_hosts = route.key_file, route.known_hosts
+
+    async def _run(self, command: str, timeout_s: float) -> asyncssh.SSHCompletedProcess:
+        import asyncssh  # only where a host is remote
+
+        known = str((self.known_hosts or Path("~/.ssh/known_hosts")).expanduser())
+        try:
+            async with asyncssh.connect(
+                self.address, port=self.port, username=self.user, known_hosts=known,
+                client_keys=[str(self.key_file.expanduser())] if self.key_file else None,
+                connect_timeout=CONNECT_TIMEOUT_S,
+            ) as conn:
+                return await conn.run(command, check=False, timeout=timeout_s)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise RemoteError(f"host {self.name} ({self.address}:{self.port}): its host key does not match "
+                              f"{known} ({exc.reason}); check the host, then update known_hosts") from None
+        except asyncssh.PermissionDenied:
+            raise RemoteError(f"host {self.name}: {self.user}@{self.address}:{self.port} refused the key "
+                              f"{self.key_file or '(default keys)'}; fix ssh.user or ssh.key_file") from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            raise RemoteError(f"host {self.name} ({self.address}:{self.port}) is unreachable over SSH "
+                              f"({type(exc).__name__}: {exc}); check its address, ssh.port and that sshd runs"
+                              ) from None
+
+    def run(self, command: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
+        done = asyncio.run(self._run(command, timeout_s))
+        return int(done.exit_status or 0), str(done.stdout or ""), str(done.stderr or "")
+
+    def spawn(self, argv: list[str], env: dict[str, str], log_path: str) -> int:
+        """Start `argv` detached in its own session on the host; its pid is its process group."""
+        assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        command = (f"mkdir -p {shlex.quote(str(Path(log_path).parent))} && "
+                   f"setsid env {assignments} {shlex.join(argv)} > {shlex.quote(log_path)} 2>&1 < /dev/null & "
+                   "echo $!")
+        code, out, err = self.run(command)
+        if code != 0 or not out.strip().isdigit():
+            raise RemoteError(f"host {self.name}: starting {argv[0]} failed (exit {code}): {err.strip()[-200:]}")
+        return int(out.strip())
+
+    def alive(self, pid: int) -> bool:
+        return self.run(f"kill -0 {pid}")[0] == 0
+
+    def signal_group(self, pid: int, sig: str) -> None:
+        self.run(f"kill -s {sig} -- -{pid} 2>/dev/null || true")  # POSIX form: dash has no `kill -SIG --`
+
+    def tail(self, path: str, lines: int = 15) -> str:
+        return self.run(f"tail -n {lines} {shlex.quote(path)} 2>/dev/null || true")[1]
+
+
+class RemoteMember:
+    """A server process on a remote host, in its own process group there."""
+
+    def __init__(self, remote: Remote, pid: int, remote_log: str, log_path: Path, port: int | None, role: str,
+                 grace_s: float = 20.0) -> None:
+        self.remote, self.pid, self.remote_log = remote, pid, remote_log
+        self.log_path: Path | None = log_path  # a local copy, refreshed when it ends or stops
+        self.host, self.port, self.role, self.grace_s = remote.address, port, role, grace_s
+
+    def _fetch_log(self) -> None:
+        assert self.log_path is not None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text(self.remote.run(f"cat {shlex.quote(self.remote_log)} 2>/dev/null || true")[1])
+
+    def exit_code(self) -> int | None:
+        if self.remote.alive(self.pid):
+            return None
+        self._fetch_log()
+        return -1  # gone; its exit status stayed on the host
+
+    def stop(self) -> None:
+        import time
+
+        from specwatch.engine import processes
+
+        try:
+            self.remote.signal_group(self.pid, "TERM")
+            deadline = time.monotonic() + self.grace_s
+            while time.monotonic() < deadline and self.remote.alive(self.pid):
+                time.sleep(0.5)
+            if self.remote.alive(self.pid):
+                self.remote.signal_group(self.pid, "KILL")
+            self._fetch_log()
+        finally:
+            processes.untrack(("remote", self.remote.name, self.pid))
