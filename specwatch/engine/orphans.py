@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from specwatch import paths
+from specwatch.locks import file_lock
 
 log = logging.getLogger("specwatch.orphans")
 
@@ -56,13 +57,8 @@ def _trace_dir() -> Path:
 def run_lock(run_id: str) -> Iterator[None]:
     """Held for as long as the run's flow process lives; the kernel releases it when that process dies."""
     path = _lock_path(run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with file_lock(path):
+        yield
     path.unlink(missing_ok=True)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import fcntl
 import hashlib
 import json
 import logging
@@ -11,13 +10,14 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.images import ImageError, register
+from specwatch.locks import file_lock
 from specwatch.paths import images_dir
 from specwatch.records import ImageRef
 from specwatch.spec import ImageSpec
@@ -109,17 +109,9 @@ def _ref_from_marker(spec: ImageSpec, marker: dict, build_s: float, reused: bool
     )
 
 
-@contextmanager
-def _build_lock(venv: Path) -> Iterator[None]:
+def _build_lock(venv: Path) -> AbstractContextManager[None]:
     """One builder per venv across processes: two flows must not pip into the same dir."""
-    lock_path = venv.parent / f".{venv.name}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return file_lock(venv.parent / f".{venv.name}.lock")
 
 
 class VenvBackend:
