@@ -50,13 +50,15 @@ class SshRoute:
     key_file: Path | None = None
     known_hosts: Path | None = None
     workdir: str = "/tmp/specwatch"
+    docker_host: str | None = None
 
 
 def route_to(host: HostSpec | None) -> SshRoute | None:
     if host is None or host.ssh is None:
         return None
     s = host.ssh
-    return SshRoute(host.name, host.address, s.user, s.port, s.key_file, s.known_hosts, host.workdir)
+    return SshRoute(host.name, host.address, s.user, s.port, s.key_file, s.known_hosts, host.workdir,
+                    host.docker_host)
 
 
 @dataclass(frozen=True)

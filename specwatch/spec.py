@@ -228,6 +228,7 @@ class HostSpec(_Strict):
     netns: str | None = Field(default=None, description="run its ranks in this network namespace (ip netns exec)")
     ssh: SshSpec | None = None
     workdir: str = Field(default="/tmp/specwatch", description="with ssh: where server logs are kept on the host")
+    docker_host: str | None = Field(default=None, description="with ssh: DOCKER_HOST for the docker CLI there")
 
     @model_validator(mode="after")
     def _one_way_there(self) -> HostSpec:

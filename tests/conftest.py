@@ -135,3 +135,12 @@ def cpu_docker_image(base_image: str) -> ImageRef:
     spec = ImageSpec(name="cpu-docker-0.32", backend="docker", dockerfile="cpu", version="0.32.0",
                      wheelhouse=torch_wheelhouse())
     return backend_for(spec).ensure(spec)
+
+
+@pytest.fixture(scope="session")
+def sshd_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real sshd on loopback and a user of its own to log in as (specwatch_testing.sshd)."""
+    from specwatch_testing.sshd import sshd
+
+    with sshd(tmp_path_factory.mktemp("sshd")) as s:
+        yield s

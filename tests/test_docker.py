@@ -96,3 +96,59 @@ def test_an_ab_whose_arms_run_in_containers(cpu_docker_image: ImageRef, prefect_
     left = engine_api.client().containers.list(all=True, filters={"label": f"specwatch.run={result.run_id}"})
     assert left == []
     assert os.environ["DOCKER_HOST"].startswith("unix://")
+
+
+def test_a_container_on_a_remote_host_over_ssh(cpu_docker_image: ImageRef, container_engine: str,
+                                               sshd_host: object, tmp_path: Path) -> None:
+    """The docker CLI on a host reached over SSH, with its own DOCKER_HOST; the env in a 0600 file
+    that is gone once the container started."""
+    import shutil
+
+    from specwatch.bench.runner import InProcess
+    from specwatch.engine.arm import run_arm
+    from specwatch.engine.checkpoint import ensure_generated_model
+    from specwatch.engine.images import python_of
+    from specwatch.engine.launchers import LaunchContext
+    from specwatch.engine.remote import Remote
+    from specwatch.ranks import route_to
+    from specwatch.spec import GeneratedModel
+    from specwatch_testing.sshd import Sshd
+
+    assert isinstance(sshd_host, Sshd)
+    assert shutil.which("docker"), "the docker CLI runs the remote host's containers"
+    sock = Path(container_engine.removeprefix("unix://"))
+    sock.parent.chmod(0o711)  # this session's test engine: the remote user may use it
+    sock.chmod(0o666)
+    runner = python_of(cpu_docker_image)
+    assert runner is not None
+    model = ensure_generated_model(GeneratedModel(), runner)
+    s = sshd_host
+    spec = ExperimentSpec.model_validate({
+        "name": "remote-docker", "model": {"path": str(model), "served_name": "demo"},
+        "hosts": [{"name": "box", "address": s.address, "docker_host": container_engine, "ssh": {
+            "user": s.user, "port": s.port, "key_file": str(s.key_file), "known_hosts": str(s.known_hosts)}}],
+        "images": [{"name": "cpu", "backend": "docker", "dockerfile": "cpu", "version": "0.32.0",
+                    "wheelhouse": str(torch_wheelhouse())}],
+        "arms": [{"name": "a", "image": "cpu", "launcher": "docker", "host": "box",
+                  "env": {"HF_TOKEN": "hf_never_stored"},
+                  "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 300}],
+        "baseline": "a",
+        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
+                     "requests_per_cell": 2, "warmup_requests": 1},
+    })
+    route = route_to(spec.hosts[0])
+    ctx = LaunchContext(model_dir=model, served_name="demo", arm_dir=tmp_path / "arm", host=s.address, ssh=route,
+                        run_id="rdock", launch_name="rdock-a-b1")
+    result = run_arm(spec.arms[0], spec, cpu_docker_image, ctx, None, namespace="rdock", runner=InProcess())
+    assert result.status == "ok", result.reason
+    assert result.launch is not None and (result.launch.k_confirmed, result.launch.k_source) == (3, "boot_log")
+    argv = result.launch.argv
+    assert argv[:2] == ["docker", "run"] and argv[argv.index("--env-file") + 1] == "/tmp/specwatch/rdock-a-b1/env"
+    assert result.launch.env["HF_TOKEN"] == "***" and "hf_never_stored" not in result.model_dump_json()
+    assert result.cells and result.cells[0].requests_ok == 2
+    assert route is not None
+    code, out, _ = Remote(route).run("ls /tmp/specwatch/rdock-a-b1/ 2>/dev/null; id -un")
+    assert out.split() == ["swremote"]  # the env file is gone; it ran as the host's user
+    left = engine_api.client().containers.list(all=True, filters={"label": "specwatch.run=rdock"})
+    assert left == []

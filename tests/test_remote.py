@@ -5,7 +5,6 @@ address, and stopped there; an unreachable host and a host key that does not mat
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +16,15 @@ from specwatch.engine.remote import Remote, RemoteError
 from specwatch.ranks import route_to
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
-from specwatch_testing.sshd import Sshd, fake_vllm_on, sshd
+from specwatch_testing.sshd import Sshd, fake_vllm_on
 
 SERVE = ("{remote_python} {remote_script} --port {{port}} --host {{host}} --served-model-name {{served_name}} "
          "--spec-config {{spec_config}} --step-ms 5")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    with sshd(tmp_path_factory.mktemp("sshd")) as s:
-        yield s
+@pytest.fixture
+def server(sshd_host: Sshd) -> Sshd:
+    return sshd_host
 
 
 def experiment(s: Sshd, known_hosts: Path | None = None, port: int | None = None) -> ExperimentSpec:

@@ -49,14 +49,18 @@ def untrack(key: Hashable) -> None:
         _LIVE.pop(key, None)
 
 
-def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def spawn(argv: Sequence[str], env: Mapping[str, str], log_path: Path,
+          tracked: bool = True) -> subprocess.Popen[bytes]:
+    """Start `argv` in a process group of its own. `tracked=False`: infrastructure whose owner
+    stops it (a test's container engine or sshd), which `stop_all` must not take down under it."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
             list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    track(proc.pid, _Group(proc))
+    if tracked:
+        track(proc.pid, _Group(proc))
     return proc
 
 

@@ -33,7 +33,7 @@ class Remote:
         self.name, self.address, self.user, self.port = route.host, route.address, route.user, route.port
         self.key_file, self.known_hosts = route.key_file, route.known_hosts
 
-    async def _run(self, command: str, timeout_s: float) -> asyncssh.SSHCompletedProcess:
+    async def _run(self, command: str, timeout_s: float, input: str | None = None) -> asyncssh.SSHCompletedProcess:
         import asyncssh  # only where a host is remote
 
         known = str((self.known_hosts or Path("~/.ssh/known_hosts")).expanduser())
@@ -43,7 +43,7 @@ class Remote:
                 client_keys=[str(self.key_file.expanduser())] if self.key_file else None,
                 connect_timeout=CONNECT_TIMEOUT_S,
             ) as conn:
-                return await conn.run(command, check=False, timeout=timeout_s)
+                return await conn.run(command, check=False, timeout=timeout_s, input=input)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise RemoteError(f"host {self.name} ({self.address}:{self.port}): its host key does not match "
                               f"{known} ({exc.reason}); check the host, then update known_hosts") from None
@@ -55,8 +55,8 @@ class Remote:
                               f"({type(exc).__name__}: {exc}); check its address, ssh.port and that sshd runs"
                               ) from None
 
-    def run(self, command: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
-        done = asyncio.run(self._run(command, timeout_s))
+    def run(self, command: str, timeout_s: float = 60.0, input: str | None = None) -> tuple[int, str, str]:
+        done = asyncio.run(self._run(command, timeout_s, input))
         return int(done.exit_status or 0), str(done.stdout or ""), str(done.stderr or "")
 
     def spawn(self, argv: list[str], env: dict[str, str], log_path: str) -> int:
@@ -115,3 +115,61 @@ class RemoteMember:
             self._fetch_log()
         finally:
             processes.untrack(("remote", self.remote.name, self.pid))
+
+
+class RemoteContainer:
+    """A container started with the docker CLI on a remote host (its own engine, DOCKER_HOST there)."""
+
+    def __init__(self, remote: Remote, name: str, log_path: Path, port: int | None, role: str,
+                 docker_host: str | None) -> None:
+        self.remote, self.name = remote, name
+        self.log_path: Path | None = log_path
+        self.host, self.port, self.role = remote.address, port, role
+        self.prefix = f"DOCKER_HOST={shlex.quote(docker_host)} " if docker_host else ""
+
+    def docker(self, args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
+        return self.remote.run(f"{self.prefix}docker {args}", timeout_s)
+
+    def _fetch_log(self) -> None:
+        assert self.log_path is not None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        code, out, err = self.docker(f"logs {shlex.quote(self.name)}")
+        self.log_path.write_text(out + err)
+
+    def exit_code(self) -> int | None:
+        code, out, _ = self.docker("inspect -f '{{.State.Running}} {{.State.ExitCode}}' " + shlex.quote(self.name))
+        if code == 0 and out.split()[:1] == ["true"]:
+            return None
+        self._fetch_log()
+        return int(out.split()[1]) if code == 0 and len(out.split()) > 1 else -1
+
+    def stop(self) -> None:
+        from specwatch.engine import processes
+
+        try:
+            self.docker(f"stop -t 3 {shlex.quote(self.name)}")
+            self._fetch_log()
+            self.docker(f"rm -f {shlex.quote(self.name)}")
+        finally:
+            processes.untrack(("remote-container", self.remote.name, self.name))
+
+
+def start_container(remote: Remote, argv: list[str], env: dict[str, str], env_file: str, docker_host: str | None,
+                    name: str, log_path: Path, port: int | None, role: str) -> RemoteContainer:
+    """`docker run` on the host with the rendered env in a 0600 file outside the run dir, deleted once
+    the container has started (or failed to)."""
+    from specwatch.engine import processes
+
+    folder = shlex.quote(str(Path(env_file).parent))
+    body = "".join(f"{k}={v}\n" for k, v in env.items())
+    code, _, err = remote.run(f"umask 077 && mkdir -p {folder} && cat > {shlex.quote(env_file)}", input=body)
+    if code != 0:
+        raise RemoteError(f"host {remote.name}: writing the env file {env_file} failed: {err.strip()[-200:]}")
+    prefix = f"DOCKER_HOST={shlex.quote(docker_host)} " if docker_host else ""
+    code, _, err = remote.run(f"{prefix}{shlex.join(argv)}; rc=$?; rm -f {shlex.quote(env_file)}; exit $rc",
+                              timeout_s=300)
+    if code != 0:
+        raise RemoteError(f"host {remote.name}: docker run {name} failed (exit {code}): {err.strip()[-300:]}")
+    member = RemoteContainer(remote, name, log_path, port, role, docker_host)
+    processes.track(("remote-container", remote.name, name), member)
+    return member

@@ -48,7 +48,8 @@ def podman_service(root: Path, insecure_registry: str) -> Iterator[str]:
            "CONTAINERS_REGISTRIES_CONF": str(root / "registries.conf")}
     storage = ["--root", str(root / "storage"), "--runroot", str(root / "run"), "--tmpdir", str(root / "tmp")]
     log = root / "service.log"
-    proc = processes.spawn(["podman", *storage, "system", "service", "--time=0", f"unix://{sock}"], env, log)
+    proc = processes.spawn(["podman", *storage, "system", "service", "--time=0", f"unix://{sock}"], env, log,
+                           tracked=False)
     url = f"unix://{sock}"
     try:
         _wait_for(lambda: sock.exists() or proc.poll() is not None, "podman service", log)
@@ -75,7 +76,7 @@ def loopback_registry(root: Path, port: int | None = None) -> Iterator[str]:
     config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
                       f"http:\n  addr: 127.0.0.1:{port}\n")
     log = root / "registry.log"
-    proc = processes.spawn(["docker-registry", "serve", str(config)], dict(os.environ), log)
+    proc = processes.spawn(["docker-registry", "serve", str(config)], dict(os.environ), log, tracked=False)
     try:
         import httpx
 

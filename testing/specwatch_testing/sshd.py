@@ -92,7 +92,7 @@ def sshd(root: Path) -> Iterator[Sshd]:
     known.write_text(f"[127.0.0.1]:{port} {host_pub.rsplit(' ', 1)[0] if host_pub.count(' ') > 1 else host_pub}\n")
     log = root / "sshd.log"
     proc = processes.spawn([shutil.which("sshd") or "/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
-                           dict(os.environ), log)
+                           dict(os.environ), log, tracked=False)
     try:
         deadline = time.monotonic() + 15
         while "Server listening" not in (log.read_text() if log.exists() else ""):

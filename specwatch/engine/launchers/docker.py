@@ -9,16 +9,17 @@ stopping is `docker stop -t 3`, then `docker rm -f`.
 from __future__ import annotations
 
 import contextlib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch.engine import orphans, processes
-from specwatch.engine.handle import ServerHandle
+from specwatch.engine.handle import Member, ServerHandle
 from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, register, server_env
 from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
 from specwatch.engine.orphans import LaunchTrace
-from specwatch.ranks import Rank
+from specwatch.ranks import Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
@@ -104,7 +105,7 @@ class DockerLauncher:
         ctx.arm_dir.mkdir(parents=True, exist_ok=True)
         records = []
         try:
-            engine = engine_api.client()
+            engine = None
             for rank in ranks:
                 env = {**base_env, **(rank.env if rank else {})}
                 name = rank_name(ctx.launch_name, rank.index) if rank else ctx.launch_name or f"specwatch-{port}"
@@ -112,6 +113,20 @@ class DockerLauncher:
                 command = [*program(rank, "python3", CONTAINER_CLI), *server_args(arm, ctx, port, rank, master)]
                 log_path = ctx.arm_dir / ("server.log" if rank is None or rank.role == "head"
                                           else f"rank-{rank.index}.log")
+                route = rank.ssh if rank else ctx.ssh
+                if route is not None:  # the docker CLI on that host, over SSH
+                    member, argv = _run_remote(route, image.ref, name, labels, env, ctx.model_dir, command, log_path,
+                                               port if rank is None or rank.role == "head" else None,
+                                               rank.role if rank else "server")
+                    handle.members.append(member)
+                    if rank is not None:
+                        records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host,
+                                                  address=rank.address, argv=argv, env=redact_env(env),
+                                                  env_hash=rank.env_hash, log_path=log_path))
+                    handle.record = handle.record.model_copy(update={"argv": argv, "env": redact_env(env),
+                                                                     "log_path": log_path})
+                    continue
+                engine = engine or engine_api.client()
                 try:
                     container = engine.containers.run(
                         image.ref, command[1:], entrypoint=command[:1], name=name, detach=True, labels=labels,
@@ -142,6 +157,21 @@ class DockerLauncher:
             raise
         handle.record = handle.record.model_copy(update={"ranks": records})
         return handle
+
+
+def _run_remote(route: SshRoute, ref: str, name: str, labels: dict[str, str], env: dict[str, str], model: Path,
+                command: list[str], log_path: Path, port: int | None, role: str) -> tuple[Member, list[str]]:
+    """One container on a remote host: vllm_cli.py copied there, the env in a short-lived 0600 file."""
+    from specwatch.engine.remote import Remote, start_container
+
+    remote = Remote(route)
+    folder = f"{route.workdir}/{name}"
+    cli = f"{route.workdir}/vllm_cli.py"
+    remote.run(f"mkdir -p {shlex.quote(route.workdir)} && cat > {shlex.quote(cli)}", input=VLLM_CLI.read_text())
+    env_file = f"{folder}/env"
+    argv = docker_run_argv(name, labels, {}, model, ref, command, env_file=env_file, cli=cli)
+    member = start_container(remote, argv, env, env_file, route.docker_host, name, log_path, port, role)
+    return member, redact_argv(argv)
 
 
 register(DockerLauncher())
