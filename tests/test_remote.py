@@ -88,3 +88,22 @@ def test_an_unreachable_host_is_one_line(server: Sshd, tmp_path: Path) -> None:
         Remote(route_to(spec.hosts[0])).run("true")  # type: ignore[arg-type]
     result = launch(spec, tmp_path)
     assert result.status == "failed" and "is unreachable over SSH" in (result.reason or "")
+
+
+def test_a_remote_orphan_is_found_and_stopped_over_ssh(server: Sshd, tmp_path: Path) -> None:
+    from specwatch.engine import orphans
+    from specwatch.engine.launchers import free_port, start_process
+
+    python, script = fake_vllm_on(server)
+    route = route_to(experiment(server).hosts[0])
+    ctx = LaunchContext(model_dir=tmp_path, served_name="demo", arm_dir=tmp_path / "arm", run_id="dead-remote",
+                        launch_name="dead-remote-a-b1", ssh=route)
+    member = start_process([python, script, "--port", str(free_port())], {}, tmp_path / "arm" / "server.log", ctx,
+                           address=server.address, port=None, ssh=route)
+    processes.untrack(("remote", "box", member.pid))  # type: ignore[attr-defined]  # as if its flow was killed
+    assert route is not None
+    remote = Remote(route)
+    assert remote.alive(member.pid)  # type: ignore[attr-defined]
+    lines = [x for x in orphans.sweep() if "dead-remote" in x]
+    assert lines == [f"stopped orphan process group {member.pid} on box of run dead-remote"]  # type: ignore[attr-defined]
+    assert not remote.alive(member.pid)  # type: ignore[attr-defined]

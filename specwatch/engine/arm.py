@@ -51,6 +51,7 @@ def k_from_log(log_path: Path | None) -> int | None:
 def confirm_k(arm: ArmSpec, handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
     """Record the k the server really runs (boot log, else /metrics positions); mismatch fails the arm."""
     launcher = LAUNCHERS.get(handle.record.launcher)
+    handle.sync_logs()
     from_log = k_from_log(handle.record.log_path) if launcher and launcher.boot_log_has_config else None
     k: int | None
     if from_log is not None:

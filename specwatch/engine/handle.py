@@ -28,6 +28,10 @@ class Member(Protocol):
         """None while it runs."""
         ...
 
+    def sync_log(self) -> None:
+        """Bring log_path up to date (a remote member's log is on its host)."""
+        ...
+
     def stop(self) -> None: ...
 
 
@@ -43,6 +47,9 @@ class ProcessMember:
 
     def exit_code(self) -> int | None:
         return self.proc.poll()
+
+    def sync_log(self) -> None:
+        pass  # the process writes log_path itself
 
     def stop(self) -> None:
         processes.stop(self.proc, grace_s=self.grace_s)
@@ -77,6 +84,10 @@ class ServerHandle:
     def exited(self) -> int | None:
         """The exit code of the first member that ended, None while all run."""
         return next((code for m in self.members if (code := m.exit_code()) is not None), None)
+
+    def sync_logs(self) -> None:
+        for member in self.members:
+            member.sync_log()
 
     def dead(self) -> Member | None:
         """The first member that ended, if one did."""

@@ -19,10 +19,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from specwatch import paths
 from specwatch.locks import file_lock
+from specwatch.ranks import SshRoute
+
+if TYPE_CHECKING:
+    from specwatch.engine.remote import Remote
 
 log = logging.getLogger("specwatch.orphans")
 
@@ -30,11 +34,12 @@ log = logging.getLogger("specwatch.orphans")
 @dataclass(frozen=True)
 class LaunchTrace:
     run_id: str
-    kind: Literal["process", "container"]
+    kind: Literal["process", "container", "remote-process"]
     ident: str  # the pid, or the container id
-    started: str  # the process's start time (clock ticks since boot), or the container's name
+    started: str  # the process's start time, or the container's name
     command: str  # its command line, or the image
     host: str = "local"
+    route: dict[str, str | int | None] | None = None  # a remote process: how its host is reached
 
     @property
     def key(self) -> str:
@@ -95,6 +100,23 @@ def remember_process(run_id: str, pid: int) -> LaunchTrace | None:
     return trace
 
 
+def remote_identity(remote: Remote, pid: int) -> tuple[str, str] | None:
+    """(start time, command line) of a process on a remote host, as its ps prints them."""
+    code, out, _ = remote.run(f"ps -o lstart= -p {pid} && ps -o args= -p {pid}")
+    lines = out.strip().splitlines()
+    return (lines[0].strip(), lines[1].strip()) if code == 0 and len(lines) >= 2 else None
+
+
+def remember_remote(run_id: str, remote: Remote, pid: int) -> LaunchTrace | None:
+    identity = remote_identity(remote, pid)
+    if identity is None:
+        return None
+    route = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(remote.route).items()}
+    trace = LaunchTrace(run_id, "remote-process", str(pid), identity[0], identity[1], remote.name, route)
+    _write(trace)
+    return trace
+
+
 def remember_container(run_id: str, container_id: str, name: str, image: str) -> LaunchTrace:
     trace = LaunchTrace(run_id, "container", container_id, name, image)
     _write(trace)
@@ -149,6 +171,31 @@ def _stop_container(trace: LaunchTrace) -> str:
     return f"stopped and removed orphan container {trace.started} of run {trace.run_id}"
 
 
+def _stop_remote(trace: LaunchTrace) -> str:
+    from specwatch.engine.remote import Remote
+
+    assert trace.route is not None
+    route: dict[str, object] = dict(trace.route)
+    for key in ("key_file", "known_hosts"):
+        route[key] = Path(str(route[key])) if route.get(key) else None
+    remote = Remote(SshRoute(**route))  # type: ignore[arg-type]  # the fields asdict wrote
+    pid = int(trace.ident)
+    if remote_identity(remote, pid) != (trace.started, trace.command):
+        return f"process {pid} on {trace.host} of run {trace.run_id} is gone or its pid was reused: record dropped"
+    for sig, wait_s in (("TERM", 10.0), ("KILL", 5.0)):
+        remote.signal_group(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and remote.alive(pid):
+            time.sleep(0.5)
+        if not remote.alive(pid):
+            return f"stopped orphan process group {pid} on {trace.host} of run {trace.run_id}"
+    return f"orphan process {pid} on {trace.host} of run {trace.run_id} did not stop"
+
+
+# how each kind of record is stopped
+STOPPERS = {"process": _stop_process, "container": _stop_container, "remote-process": _stop_remote}
+
+
 def sweep() -> list[str]:
     """Stop every orphan this state dir knows of; one line per record handled."""
     done = []
@@ -157,7 +204,7 @@ def sweep() -> list[str]:
         if _lock_is_live(trace.run_id):
             continue
         try:
-            message = _stop_process(trace) if trace.kind == "process" else _stop_container(trace)
+            message = STOPPERS[trace.kind](trace)
         except Exception as exc:  # an engine that is down: keep the record, say why
             done.append(f"orphan {trace.kind} {trace.ident[:12]} of run {trace.run_id} not checked: {exc}")
             continue

@@ -84,12 +84,15 @@ class RemoteMember:
     """A server process on a remote host, in its own process group there."""
 
     def __init__(self, remote: Remote, pid: int, remote_log: str, log_path: Path, port: int | None, role: str,
-                 grace_s: float = 20.0) -> None:
+                 grace_s: float = 20.0, run_id: str = "") -> None:
+        from specwatch.engine import orphans
+
         self.remote, self.pid, self.remote_log = remote, pid, remote_log
+        self.trace = orphans.remember_remote(run_id, remote, pid) if run_id else None
         self.log_path: Path | None = log_path  # a local copy, refreshed when it ends or stops
         self.host, self.port, self.role, self.grace_s = remote.address, port, role, grace_s
 
-    def _fetch_log(self) -> None:
+    def sync_log(self) -> None:
         assert self.log_path is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text(self.remote.run(f"cat {shlex.quote(self.remote_log)} 2>/dev/null || true")[1])
@@ -97,13 +100,13 @@ class RemoteMember:
     def exit_code(self) -> int | None:
         if self.remote.alive(self.pid):
             return None
-        self._fetch_log()
+        self.sync_log()
         return -1  # gone; its exit status stayed on the host
 
     def stop(self) -> None:
         import time
 
-        from specwatch.engine import processes
+        from specwatch.engine import orphans, processes
 
         try:
             self.remote.signal_group(self.pid, "TERM")
@@ -112,9 +115,10 @@ class RemoteMember:
                 time.sleep(0.5)
             if self.remote.alive(self.pid):
                 self.remote.signal_group(self.pid, "KILL")
-            self._fetch_log()
+            self.sync_log()
         finally:
             processes.untrack(("remote", self.remote.name, self.pid))
+            orphans.forget(self.trace)
 
 
 class RemoteContainer:
@@ -130,7 +134,7 @@ class RemoteContainer:
     def docker(self, args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
         return self.remote.run(f"{self.prefix}docker {args}", timeout_s)
 
-    def _fetch_log(self) -> None:
+    def sync_log(self) -> None:
         assert self.log_path is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         code, out, err = self.docker(f"logs {shlex.quote(self.name)}")
@@ -140,7 +144,7 @@ class RemoteContainer:
         code, out, _ = self.docker("inspect -f '{{.State.Running}} {{.State.ExitCode}}' " + shlex.quote(self.name))
         if code == 0 and out.split()[:1] == ["true"]:
             return None
-        self._fetch_log()
+        self.sync_log()
         return int(out.split()[1]) if code == 0 and len(out.split()) > 1 else -1
 
     def stop(self) -> None:
@@ -148,7 +152,7 @@ class RemoteContainer:
 
         try:
             self.docker(f"stop -t 3 {shlex.quote(self.name)}")
-            self._fetch_log()
+            self.sync_log()
             self.docker(f"rm -f {shlex.quote(self.name)}")
         finally:
             processes.untrack(("remote-container", self.remote.name, self.name))

@@ -94,7 +94,8 @@ def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: Lau
 
         remote = Remote(ssh)
         remote_log = f"{ssh.workdir}/{ctx.launch_name or 'launch'}/{log_path.name}"
-        member = RemoteMember(remote, remote.spawn(argv, env, remote_log), remote_log, log_path, port, role, grace_s)
+        member = RemoteMember(remote, remote.spawn(argv, env, remote_log), remote_log, log_path, port, role, grace_s,
+                              run_id=ctx.run_id)
         processes.track(("remote", ssh.host, member.pid), member)
         return member
     if netns is not None:  # a namespace of this machine standing in for the host

@@ -51,6 +51,9 @@ class ContainerMember:
         state = self.container.attrs.get("State", {})
         return None if state.get("Running") else int(state.get("ExitCode", -1))
 
+    def sync_log(self) -> None:
+        pass  # follow_logs copies the container's output as it comes
+
     def stop(self) -> None:
         from docker.errors import APIError, NotFound
 
