@@ -239,7 +239,8 @@ class Generator:
             "exit_code": exit_code, "started_at": started, "ended_at": ended,
         }])
         return run_id, {"runs": runs, "arms": arms, "cells": cells, "requests": requests,
-                        "spec_positions": positions, "quality_results": quality, "probes": probes}
+                        "spec_positions": positions, "quality_results": quality, "probes": probes,
+                        "ranks": pd.DataFrame()}  # single-rank arms: no rank rows
 
     def quality(self, run_id: str, cells: pd.DataFrame, positions: pd.DataFrame, vi: int,
                 created: datetime) -> pd.DataFrame:
