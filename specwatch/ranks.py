@@ -72,6 +72,7 @@ class Rank:
     args: list[str] = field(default_factory=list)
     listed: int = 0  # position in the arm's `ranks:` list (for error messages)
     ssh: SshRoute | None = None
+    model_path: Path | None = None  # the checkpoint on the rank's host, when its path differs there
 
     def invariants(self, spec_config: str, extra_env: tuple[str, ...] = ()) -> dict[str, str]:
         found = {"speculative_config": spec_config}
@@ -128,7 +129,7 @@ def render(arm: ArmSpec, hosts: dict[str, HostSpec]) -> list[Rank]:
                                 f"which has no value; known: {', '.join('{' + v + '}' for v in sorted(values))}")
             env[name] = template.format(**values)
         out.append(Rank(node_rank, spec.role, spec.host, values["address"], host.netns if host else None,
-                        env, list(spec.args), listed, route_to(host)))
+                        env, list(spec.args), listed, route_to(host), host.model_path if host else None))
     return out
 
 

@@ -315,7 +315,7 @@ class RankRecord(_Record):
     env: dict[str, str] = {}  # redacted
     env_hash: str | None = None  # over the rendered env, secrets included: equal hashes, equal env
     log_path: Path | None = None
-    gpu: str | None = None
+    gpu: str | None = None  # the GPUs the rank was given (its CUDA_VISIBLE_DEVICES)
 
 
 class LaunchRecord(_Record):

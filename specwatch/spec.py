@@ -229,6 +229,8 @@ class HostSpec(_Strict):
     ssh: SshSpec | None = None
     workdir: str = Field(default="/tmp/specwatch", description="with ssh: where server logs are kept on the host")
     docker_host: str | None = Field(default=None, description="with ssh: DOCKER_HOST for the docker CLI there")
+    model_path: Path | None = Field(default=None, description="the checkpoint's path on this host (default: "
+                                    "model.path)")
 
     @model_validator(mode="after")
     def _one_way_there(self) -> HostSpec:

@@ -18,7 +18,7 @@ from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import Member, ProcessMember, ServerHandle
 from specwatch.engine.orphans import LaunchTrace
 from specwatch.ranks import Rank, SshRoute
-from specwatch.records import ImageRef, LaunchRecord
+from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
 
@@ -116,6 +116,13 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
     ))
     member = start_process(argv, env, log_path, ctx, address=ctx.host, port=port, ssh=ctx.ssh, netns=ctx.netns)
     return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=env)
+
+
+def rank_record(rank: Rank, argv: list[str], env: dict[str, str], log_path: Path) -> RankRecord:
+    """A rank's provenance: where it ran, its command line and env (redacted), its env's hash, its GPUs."""
+    return RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address, argv=redact_argv(argv),
+                      env=redact_env(env), env_hash=rank.env_hash, gpu=env.get("CUDA_VISIBLE_DEVICES"),
+                      log_path=log_path)
 
 
 def traced(ctx: LaunchContext, pid: int) -> LaunchTrace | None:

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from specwatch.engine import orphans, processes
 from specwatch.engine.handle import Member, ServerHandle
-from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, register, server_env
+from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, rank_record, register, server_env
 from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
 from specwatch.engine.orphans import LaunchTrace
 from specwatch.ranks import Rank, SshRoute
-from specwatch.records import ImageRef, LaunchRecord, RankRecord
+from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
 
@@ -123,9 +123,7 @@ class DockerLauncher:
                                                rank.role if rank else "server")
                     handle.members.append(member)
                     if rank is not None:
-                        records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host,
-                                                  address=rank.address, argv=argv, env=redact_env(env),
-                                                  env_hash=rank.env_hash, log_path=log_path))
+                        records.append(rank_record(rank, argv, env, log_path))
                     handle.record = handle.record.model_copy(update={"argv": argv, "env": redact_env(env),
                                                                      "log_path": log_path})
                     continue
@@ -147,9 +145,7 @@ class DockerLauncher:
                 engine_api.follow_logs(container, log_path)
                 argv = redact_argv(docker_run_argv(name, labels, redact_env(env), ctx.model_dir, image.ref, command))
                 if rank is not None:
-                    records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address,
-                                              argv=argv, env=redact_env(env), env_hash=rank.env_hash,
-                                              log_path=log_path))
+                    records.append(rank_record(rank, argv, env, log_path))
                 handle.record = handle.record.model_copy(update={"argv": argv, "env": redact_env(env),
                                                                  "log_path": log_path})
         except engine_api.EngineError as exc:

@@ -5,10 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import LaunchContext, free_port, register, server_env, spawn_server, start_process
+from specwatch.engine.launchers import (
+    LaunchContext,
+    free_port,
+    rank_record,
+    register,
+    server_env,
+    spawn_server,
+    start_process,
+)
 from specwatch.ranks import Rank, multinode_args
-from specwatch.records import ImageRef, LaunchRecord, RankRecord
-from specwatch.redact import redact_argv, redact_env
+from specwatch.records import ImageRef, LaunchRecord
 from specwatch.spec import ArmSpec
 
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
@@ -19,7 +26,8 @@ def server_args(arm: ArmSpec, ctx: LaunchContext, port: int | str, rank: Rank | 
     """What vLLM is told, wherever it runs (a process or a container). With `rank`, one rank of a
     multi-rank launch: the head serves the API at its address, a worker is headless; `master` is
     the head's (address, port) for torch.distributed."""
-    argv = ["--model", str(ctx.model_dir), "--served-model-name", ctx.served_name]
+    model = rank.model_path if rank is not None and rank.model_path else ctx.model_dir
+    argv = ["--model", str(model), "--served-model-name", ctx.served_name]
     if rank is None or rank.role == "head":
         argv += ["--host", rank.address if rank else ctx.host, "--port", str(port)]
     if ctx.max_model_len:
@@ -74,9 +82,7 @@ class VllmLauncher:
                 member = start_process(argv, env, log_path, ctx, address=rank.address,
                                        port=port if rank.role == "head" else None, role=rank.role,
                                        grace_s=RANK_STOP_GRACE_S, ssh=rank.ssh, netns=rank.netns)
-                records.append(RankRecord(rank=rank.index, role=rank.role, host=rank.host, address=rank.address,
-                                          argv=redact_argv(argv), env=redact_env(env), env_hash=rank.env_hash,
-                                          log_path=log_path))
+                records.append(rank_record(rank, argv, env, log_path))
                 if handle is None:
                     handle = ServerHandle(base_url=f"http://{head.address}:{port}",
                                           record=LaunchRecord(launcher=self.name, base_url=f"http://{head.address}:{port}"),
