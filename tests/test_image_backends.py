@@ -98,5 +98,5 @@ def test_servers_never_inherit_specwatchs_python_environment(tmp_path: Path, mon
         handle.members[0].proc.wait(10)  # type: ignore[attr-defined]
     env = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
     assert "PYTHONPATH" not in env and "VIRTUAL_ENV" not in env
-    assert env["KEEP_ME"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert env["KEEP_ME"] == "1" and env["HF_HUB_OFFLINE"] == "1" and env["NCCL_NVLS_ENABLE"] == "0"
     assert str(Path(sys.prefix) / "bin") not in env["PATH"].split(os.pathsep)

