@@ -11,7 +11,6 @@ import subprocess
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
@@ -129,10 +128,6 @@ def follow_logs(container: Container, log_path: Path) -> threading.Thread:
     thread = threading.Thread(target=copy, name=f"logs-{container.name}", daemon=True)
     thread.start()
     return thread
-
-
-def labels_of(image: Image) -> dict[str, Any]:
-    return dict(image.labels or {})
 
 
 class ContainerPython:

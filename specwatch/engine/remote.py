@@ -76,9 +76,6 @@ class Remote:
     def signal_group(self, pid: int, sig: str) -> None:
         self.run(f"kill -s {sig} -- -{pid} 2>/dev/null || true")  # POSIX form: dash has no `kill -SIG --`
 
-    def tail(self, path: str, lines: int = 15) -> str:
-        return self.run(f"tail -n {lines} {shlex.quote(path)} 2>/dev/null || true")[1]
-
 
 class RemoteMember:
     """A server process on a remote host, in its own process group there."""
