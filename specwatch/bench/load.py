@@ -2,6 +2,8 @@
 
 A shape gets the cell's prompts and a `send` that performs and records one request; it
 returns when the window closed (its wall time) and the counters read at that moment.
+Closed loops keep `concurrency` requests in flight; the open loop (`OpenLoop`) sends each
+request at its planned time, whatever the server's state.
 """
 
 from __future__ import annotations
@@ -9,13 +11,24 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+from numpy.typing import NDArray
+
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import Prompt
+from specwatch.records import CellKey
 from specwatch.spec import WorkloadSpec
+
+
+class Send(Protocol):
+    """One request, recorded by the cell; `scheduled` is its planned send time (perf_counter), open loop only."""
+
+    def __call__(self, index: int, prompt: Prompt, scheduled: float | None = None) -> Awaitable[None]: ...
 
 
 @dataclass
@@ -23,8 +36,13 @@ class LoadContext:
     concurrency: int
     pool: list[tuple[int, Prompt]]  # calibrated before the window opens; popped from the end
     make: Callable[[int], Awaitable[Prompt]]  # one more prompt, when a timed window outlasts the pool
-    send: Callable[[int, Prompt], Awaitable[None]]  # one request, recorded by the cell
+    send: Send
     snapshot: Callable[[], Awaitable[MetricsSnapshot]]
+    # The fan-out seam: this shape is worker `worker` of `workers`, all starting at the shared instant
+    # `t0` (time.perf_counter, the same clock in every process on Linux); None: start now.
+    worker: int = 0
+    workers: int = 1
+    t0: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,5 +107,79 @@ class TimedClosedLoop:
         return LoadOutcome(t0, self.duration_s, after)
 
 
-def load_shape(workload: WorkloadSpec) -> LoadShape:
+def _exponential_gaps(rng: np.random.Generator, rates: NDArray[np.float64], burstiness: float) -> NDArray[np.float64]:
+    return rng.exponential(1.0 / rates)
+
+
+def _gamma_gaps(rng: np.random.Generator, rates: NDArray[np.float64], burstiness: float) -> NDArray[np.float64]:
+    # shape = burstiness, mean 1/rate (vllm bench serve's --burstiness): below 1 burstier than Poisson
+    return rng.gamma(burstiness, 1.0 / (burstiness * rates))
+
+
+# Inter-arrival laws: name -> gaps for the given per-request rates.
+ARRIVALS: dict[str, Callable[[np.random.Generator, NDArray[np.float64], float], NDArray[np.float64]]] = {
+    "poisson": _exponential_gaps,
+    "gamma": _gamma_gaps,
+}
+
+
+def schedule(rates: NDArray[np.float64], arrival: str, burstiness: float, seed: int, stream: str) -> NDArray[np.float64]:
+    """Planned send times (seconds after the window opens) of a cell's requests, request i at rates[i].
+
+    The first request leaves at 0; the gaps are drawn from the arrival law, then scaled so the
+    planned span is exactly its expectation, sum(1 / rates[1:]). For Poisson arrivals that is the
+    process conditioned on its count (uniform order statistics), so the inter-arrival law keeps its
+    shape while the asked rate is met exactly: any shortfall in the achieved rate is the client's.
+    Seeded by (seed, stream): every arm and block of a cell gets the same schedule.
+    """
+    if len(rates) < 2:
+        return np.zeros(len(rates))
+    rng = np.random.default_rng([seed, zlib.crc32(stream.encode())])
+    gaps = ARRIVALS[arrival](rng, rates[1:], burstiness)
+    gaps *= float(np.sum(1.0 / rates[1:])) / float(np.sum(gaps))
+    return np.concatenate(([0.0], np.cumsum(gaps)))
+
+
+@dataclass(frozen=True)
+class OpenLoop:
+    """Requests at planned times (`offsets`, seconds after t0), sent whether or not earlier ones finished.
+
+    The whole cell's schedule is fixed before the window opens; worker i of n sends slots
+    i, i+n, ... The window closes when the last of this worker's requests ends.
+    """
+
+    offsets: tuple[float, ...]
+    name = "rate"
+
+    async def run(self, ctx: LoadContext) -> LoadOutcome:
+        prompts = dict(ctx.pool)
+        ctx.pool.clear()
+        t0 = time.perf_counter() if ctx.t0 is None else ctx.t0
+        in_flight = []
+        for slot in range(ctx.worker, len(self.offsets), ctx.workers):
+            planned = t0 + self.offsets[slot]
+            delay = planned - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            in_flight.append(asyncio.create_task(ctx.send(slot, prompts.pop(slot), planned)))
+        await asyncio.gather(*in_flight)
+        wall = time.perf_counter() - t0
+        return LoadOutcome(t0, wall, await ctx.snapshot())
+
+
+def open_loop(workload: WorkloadSpec, key: CellKey) -> OpenLoop:
+    """The rate cell's schedule: a constant rate, or a ramp from key.ramp_from to key.rate."""
+    assert key.rate is not None  # a rate cell's key always has one
+    n = workload.requests_per_cell
+    if key.ramp_from is None:
+        rates = np.full(n, key.rate)
+    else:  # linear in the request index, as vllm bench serve's --ramp-up-strategy linear
+        rates = np.linspace(key.ramp_from, key.rate, n)
+    offsets = schedule(rates, workload.arrival, workload.burstiness, workload.seed, key.id)
+    return OpenLoop(tuple(float(x) for x in offsets))
+
+
+def load_shape(workload: WorkloadSpec, key: CellKey) -> LoadShape:
+    if key.load == "rate":
+        return open_loop(workload, key)
     return TimedClosedLoop(workload.duration_s) if workload.duration_s is not None else ClosedLoop()
