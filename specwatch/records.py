@@ -59,6 +59,13 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def load_level(concurrency: int | None = None, rate: float | None = None, ramp_from: float | None = None) -> str:
+    """A cell's load level as text: `c=4` (closed loop), `r=2.5/s` (a rate), `r=1-8/s` (a ramp)."""
+    if concurrency is not None:
+        return f"c={concurrency}"
+    return f"r={rate:g}/s" if ramp_from is None else f"r={ramp_from:g}-{rate:g}/s"
+
+
 class CellKey(BaseModel):
     """What names a cell everywhere: records, SQL (`cell` column), verdict and report.
 
@@ -98,9 +105,7 @@ class CellKey(BaseModel):
     @property
     def level(self) -> str:
         """The load level alone, as the verdict declares and reports it: `c=4`, `r=2.5/s`, `r=1-8/s`."""
-        if self.load == "closed":
-            return f"c={self.concurrency}"
-        return f"r={self.rate:g}/s" if self.ramp_from is None else f"r={self.ramp_from:g}-{self.rate:g}/s"
+        return load_level(self.concurrency, self.rate, self.ramp_from)
 
     @property
     def label(self) -> str:

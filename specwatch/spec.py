@@ -311,8 +311,8 @@ class WorkloadSpec(_Strict):
     prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
     prompt_tokens: Annotated[int, Field(ge=16)] = 128
     max_tokens: Annotated[int, Field(ge=2)] = 64
-    concurrency: list[PositiveInt] = Field(default=[1, 4], description="closed-loop cells; may be [] with request_rates")
-    request_rates: list[float] = Field(default=[], description="open-loop cells: requests per second, one cell each")
+    concurrency: list[PositiveInt] = Field(default=[1, 4], description="closed-loop cells; [] with rates")
+    request_rates: list[float] = Field(default=[], description="open-loop cells: requests/s, one cell each")
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: PositiveFloat = Field(default=1.0, description="gamma shape of the inter-arrival times (1 = Poisson)")
     ramp_up: RampUpSpec | None = Field(default=None, description="one more open-loop cell whose rate rises")
@@ -394,6 +394,21 @@ class VerdictSpec(_Strict):
     tail_floor: Annotated[float, Field(ge=0, le=1)] = 0.2
     require_gain: bool = True
     concurrency: list[PositiveInt] | None = Field(default=None, description="declared cells; default: all")
+    request_rates: list[PositiveFloat] | None = Field(default=None, description="declared rate cells; default: all")
+    metrics: Annotated[list[str], Field(min_length=1)] = Field(
+        default=["decode_tok_s"], description="judged metrics (specwatch.analysis.metrics); the first must gain")
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, names: list[str]) -> list[str]:
+        from specwatch.analysis.metrics import unknown_metrics  # the registry imports records, not this module
+
+        problem = unknown_metrics(names)
+        if problem:
+            raise ValueError(f"{problem}; fix: use those names")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{names} names a metric twice; fix: list each once")
+        return names
 
 
 class ExperimentSpec(_Strict):

@@ -123,7 +123,8 @@ ARRIVALS: dict[str, Callable[[np.random.Generator, NDArray[np.float64], float], 
 }
 
 
-def schedule(rates: NDArray[np.float64], arrival: str, burstiness: float, seed: int, stream: str) -> NDArray[np.float64]:
+def schedule(rates: NDArray[np.float64], arrival: str, burstiness: float, seed: int,
+             stream: str) -> NDArray[np.float64]:
     """Planned send times (seconds after the window opens) of a cell's requests, request i at rates[i].
 
     The first request leaves at 0; the gaps are drawn from the arrival law, then scaled so the
@@ -155,13 +156,13 @@ class OpenLoop:
         prompts = dict(ctx.pool)
         ctx.pool.clear()
         t0 = time.perf_counter() if ctx.t0 is None else ctx.t0
-        in_flight = []
+        in_flight: list[asyncio.Future[None]] = []
         for slot in range(ctx.worker, len(self.offsets), ctx.workers):
             planned = t0 + self.offsets[slot]
             delay = planned - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            in_flight.append(asyncio.create_task(ctx.send(slot, prompts.pop(slot), planned)))
+            in_flight.append(asyncio.ensure_future(ctx.send(slot, prompts.pop(slot), planned)))
         await asyncio.gather(*in_flight)
         wall = time.perf_counter() - t0
         return LoadOutcome(t0, wall, await ctx.snapshot())
@@ -171,10 +172,8 @@ def open_loop(workload: WorkloadSpec, key: CellKey) -> OpenLoop:
     """The rate cell's schedule: a constant rate, or a ramp from key.ramp_from to key.rate."""
     assert key.rate is not None  # a rate cell's key always has one
     n = workload.requests_per_cell
-    if key.ramp_from is None:
-        rates = np.full(n, key.rate)
-    else:  # linear in the request index, as vllm bench serve's --ramp-up-strategy linear
-        rates = np.linspace(key.ramp_from, key.rate, n)
+    # a ramp is linear in the request index, as vllm bench serve's --ramp-up-strategy linear
+    rates = np.full(n, key.rate) if key.ramp_from is None else np.linspace(key.ramp_from, key.rate, n)
     offsets = schedule(rates, workload.arrival, workload.burstiness, workload.seed, key.id)
     return OpenLoop(tuple(float(x) for x in offsets))
 
