@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pandas as pd
 
 from specwatch.analysis.changepoints import ChangePoint, change_points, trend
+from specwatch.records import load_level
 from specwatch.store import db
+
+
+def _opt(value: object, kind: type[int] | type[float]) -> Any:
+    return None if value is None or pd.isna(value) else kind(value)
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,8 @@ def summarize(frame: pd.DataFrame) -> list[SeriesSummary]:
     out = []
     for key, g in frame.groupby("series_key", sort=False):
         first = g.iloc[0]
-        label = (f"{first.model} {first.method} k={first.k} c={first.concurrency} {first.prompt_class} "
+        load = load_level(_opt(first.concurrency, int), _opt(first.request_rate, float), _opt(first.ramp_from_rate, float))
+        label = (f"{first.model} {first.method} k={first.k} {load} {first.prompt_class} "
                  f"{first.prompt_tokens}/{first.max_tokens} on {first.host_class}")
         decode = g["decode_tok_s_median"].astype(float).tolist()
         mal = g["mean_acceptance_length"].dropna().astype(float).tolist()

@@ -5,13 +5,13 @@
 -- (the inter-arrival law and its gamma shape), achieved_rate ((sent - 1) / send span) and
 -- send_lateness_ms_p99. requests: scheduled_s (planned send time, started_s's origin) and
 -- send_lateness_s (started_s - scheduled_s). All NULL for closed-loop cells.
-ALTER TABLE cells ADD COLUMN ramp_from_rate DOUBLE;
-ALTER TABLE cells ADD COLUMN arrival VARCHAR;
-ALTER TABLE cells ADD COLUMN burstiness DOUBLE;
-ALTER TABLE cells ADD COLUMN achieved_rate DOUBLE;
-ALTER TABLE cells ADD COLUMN send_lateness_ms_p99 DOUBLE;
-ALTER TABLE requests ADD COLUMN scheduled_s DOUBLE;
-ALTER TABLE requests ADD COLUMN send_lateness_s DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS ramp_from_rate DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS arrival VARCHAR;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS burstiness DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS achieved_rate DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS send_lateness_ms_p99 DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS scheduled_s DOUBLE;
+ALTER TABLE requests ADD COLUMN IF NOT EXISTS send_lateness_s DOUBLE;
 
 -- Series key (003): the element that held the concurrency now holds `load_point`: the same text
 -- for a closed-loop cell (so every existing series keeps its key), and for a rate cell its level
