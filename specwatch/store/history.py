@@ -14,8 +14,9 @@ from specwatch.records import load_level
 from specwatch.store import db
 
 
-def _opt(value: object, kind: type[int] | type[float]) -> Any:
-    return None if value is None or pd.isna(value) else kind(value)
+def _opt(value: Any) -> float | None:
+    """A nullable view column's value (pandas gives NaN for NULL)."""
+    return None if value is None or pd.isna(value) else float(value)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ def summarize(frame: pd.DataFrame) -> list[SeriesSummary]:
     out = []
     for key, g in frame.groupby("series_key", sort=False):
         first = g.iloc[0]
-        load = load_level(_opt(first.concurrency, int), _opt(first.request_rate, float), _opt(first.ramp_from_rate, float))
+        conc = _opt(first.concurrency)
+        load = load_level(None if conc is None else int(conc), _opt(first.request_rate), _opt(first.ramp_from_rate))
         label = (f"{first.model} {first.method} k={first.k} {load} {first.prompt_class} "
                  f"{first.prompt_tokens}/{first.max_tokens} on {first.host_class}")
         decode = g["decode_tok_s_median"].astype(float).tolist()
