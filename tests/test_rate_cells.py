@@ -161,3 +161,17 @@ def test_the_verdict_metrics_come_from_the_spec() -> None:
     assert assessment.verdict.decision == "REVERT"
     assert {c.metric for c in assessment.cells} == {"decode_tok_s", "ttft"}
     assert all(c.outcome == "regression" for c in assessment.cells if c.metric == "ttft")
+
+
+def test_the_report_shows_rate_cells_and_one_row_per_judged_metric() -> None:
+    from specwatch.report.markdown import render_markdown
+
+    result = blocks(1.1)
+    s = spec(metrics=["decode_tok_s", "ttft"])
+    text = render_markdown(result, s, assess(result, s), [])
+    assert "| k5 | 5 | r=2.5/s | code | 3 |" in text and "| k5 | 5 | c=4 | prose | 3 |" in text
+    rows = [line for line in text.splitlines() if line.startswith("| k5 | r=2.5/s | code |")]
+    assert [line.split(" | ")[3:5] for line in rows] == [["decode_tok_s", "higher"], ["ttft", "lower"]]
+    assert "request rates [2.5] req/s; poisson arrivals (burstiness 1)" in text
+    # the default (decode tok/s alone) keeps the report as it was: no per-metric table
+    assert "Per metric" not in render_markdown(result, spec(), assess(result, spec()), [])
