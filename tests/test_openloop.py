@@ -26,13 +26,13 @@ SEEDS = range(5)  # fixed seeds: the statistics below are deterministic, so they
 
 
 def _gaps(n: int, rate: float, arrival: str = "poisson", burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
-    return np.diff(schedule(np.full(n, rate), arrival, burstiness, seed, "rate/r10/code/p128"))
+    return np.diff(schedule([rate] * n, arrival, burstiness, seed, "rate/r10/code/p128"))
 
 
 def test_the_planned_rate_is_the_asked_rate_exactly() -> None:
     for seed in SEEDS:
-        offsets = schedule(np.full(1000, 40.0), "poisson", 1.0, seed, "cell")
-        assert offsets[0] == 0.0 and np.all(np.diff(offsets) > 0)
+        offsets = schedule([40.0] * 1000, "poisson", 1.0, seed, "cell")
+        assert len(offsets) == 1000 and offsets[0] == 0.0 and np.all(np.diff(offsets) > 0)
         assert 999 / offsets[-1] == pytest.approx(40.0, rel=1e-9)
 
 
@@ -50,11 +50,12 @@ def test_poisson_gaps_are_exponential_and_gamma_gaps_follow_burstiness() -> None
 
 
 def test_a_schedule_is_seeded_per_cell() -> None:
-    rates = np.full(50, 5.0)
+    rates = [5.0] * 50
     a = schedule(rates, "poisson", 1.0, 0, "rate/r5/code/p128")
-    assert np.array_equal(a, schedule(rates, "poisson", 1.0, 0, "rate/r5/code/p128"))  # every arm, every block
-    assert not np.array_equal(a, schedule(rates, "poisson", 1.0, 0, "rate/r5/prose/p128"))
-    assert not np.array_equal(a, schedule(rates, "poisson", 1.0, 1, "rate/r5/code/p128"))
+    assert a == schedule(rates, "poisson", 1.0, 0, "rate/r5/code/p128")  # every arm, every block
+    assert a != schedule(rates, "poisson", 1.0, 0, "rate/r5/prose/p128")
+    assert a != schedule(rates, "poisson", 1.0, 1, "rate/r5/code/p128")
+    assert schedule([5.0], "poisson", 1.0, 0, "one") == [0.0] and schedule([], "poisson", 1.0, 0, "none") == []
 
 
 def test_a_ramp_rises_from_its_start_to_its_end_rate() -> None:

@@ -9,15 +9,13 @@ request at its planned time, whatever the server's state.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import random
 import time
-import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
-
-import numpy as np
-from numpy.typing import NDArray
 
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import Prompt
@@ -107,24 +105,24 @@ class TimedClosedLoop:
         return LoadOutcome(t0, self.duration_s, after)
 
 
-def _exponential_gaps(rng: np.random.Generator, rates: NDArray[np.float64], burstiness: float) -> NDArray[np.float64]:
-    return rng.exponential(1.0 / rates)
+def _exponential_gap(rng: random.Random, rate: float, burstiness: float) -> float:
+    return rng.expovariate(rate)
 
 
-def _gamma_gaps(rng: np.random.Generator, rates: NDArray[np.float64], burstiness: float) -> NDArray[np.float64]:
+def _gamma_gap(rng: random.Random, rate: float, burstiness: float) -> float:
     # shape = burstiness, mean 1/rate (vllm bench serve's --burstiness): below 1 burstier than Poisson
-    return rng.gamma(burstiness, 1.0 / (burstiness * rates))
+    return rng.gammavariate(burstiness, 1.0 / (burstiness * rate))
 
 
-# Inter-arrival laws: name -> gaps for the given per-request rates.
-ARRIVALS: dict[str, Callable[[np.random.Generator, NDArray[np.float64], float], NDArray[np.float64]]] = {
-    "poisson": _exponential_gaps,
-    "gamma": _gamma_gaps,
+# Inter-arrival laws: name -> one gap at the given rate. The stdlib's generator, not numpy's: the load
+# generator stays light to import (worker processes start it once per cell).
+ARRIVALS: dict[str, Callable[[random.Random, float, float], float]] = {
+    "poisson": _exponential_gap,
+    "gamma": _gamma_gap,
 }
 
 
-def schedule(rates: NDArray[np.float64], arrival: str, burstiness: float, seed: int,
-             stream: str) -> NDArray[np.float64]:
+def schedule(rates: Sequence[float], arrival: str, burstiness: float, seed: int, stream: str) -> list[float]:
     """Planned send times (seconds after the window opens) of a cell's requests, request i at rates[i].
 
     The first request leaves at 0; the gaps are drawn from the arrival law, then scaled so the
@@ -133,12 +131,10 @@ def schedule(rates: NDArray[np.float64], arrival: str, burstiness: float, seed: 
     shape while the asked rate is met exactly: any shortfall in the achieved rate is the client's.
     Seeded by (seed, stream): every arm and block of a cell gets the same schedule.
     """
-    if len(rates) < 2:
-        return np.zeros(len(rates))
-    rng = np.random.default_rng([seed, zlib.crc32(stream.encode())])
-    gaps = ARRIVALS[arrival](rng, rates[1:], burstiness)
-    gaps *= float(np.sum(1.0 / rates[1:])) / float(np.sum(gaps))
-    return np.concatenate(([0.0], np.cumsum(gaps)))
+    rng = random.Random(f"{seed}:{stream}")
+    gaps = [ARRIVALS[arrival](rng, rate, burstiness) for rate in rates[1:]]
+    scale = sum(1.0 / rate for rate in rates[1:]) / sum(gaps) if gaps else 1.0
+    return [0.0, *itertools.accumulate(g * scale for g in gaps)][: len(rates)]
 
 
 @dataclass(frozen=True)
@@ -172,10 +168,10 @@ def open_loop(workload: WorkloadSpec, key: CellKey) -> OpenLoop:
     """The rate cell's schedule: a constant rate, or a ramp from key.ramp_from to key.rate."""
     assert key.rate is not None  # a rate cell's key always has one
     n = workload.requests_per_cell
+    start = key.rate if key.ramp_from is None else key.ramp_from
     # a ramp is linear in the request index, as vllm bench serve's --ramp-up-strategy linear
-    rates = np.full(n, key.rate) if key.ramp_from is None else np.linspace(key.ramp_from, key.rate, n)
-    offsets = schedule(rates, workload.arrival, workload.burstiness, workload.seed, key.id)
-    return OpenLoop(tuple(float(x) for x in offsets))
+    rates = [start + (key.rate - start) * i / max(n - 1, 1) for i in range(n)]
+    return OpenLoop(tuple(schedule(rates, workload.arrival, workload.burstiness, workload.seed, key.id)))
 
 
 def load_shape(workload: WorkloadSpec, key: CellKey) -> LoadShape:
