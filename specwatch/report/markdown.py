@@ -135,7 +135,7 @@ def _conclusion(result: RunResult, assessment: Assessment) -> list[str]:
     lines.append(f"- quality checks: {checked - len(failed)} of {checked} passed; greedy probes compared: "
                  f"{assessment.compared_probes}, diverging: {len(assessment.divergences)}")
     lines += [f"  - **{q.severity}** `{q.check}` {q.arm}"
-              + (f" c={q.concurrency} {q.prompt_class}" if q.concurrency is not None else "") + f": {q.detail}"
+              + (f" {q.cell}" if q.cell is not None else "") + f": {q.detail}"
               for q in failed]
     return lines
 
