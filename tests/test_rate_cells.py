@@ -175,3 +175,24 @@ def test_the_report_shows_rate_cells_and_one_row_per_judged_metric() -> None:
     assert "request rates [2.5] req/s; poisson arrivals (burstiness 1)" in text
     # the default (decode tok/s alone) keeps the report as it was: no per-metric table
     assert "Per metric" not in render_markdown(result, spec(), assess(result, spec()), [])
+
+
+def test_quality_checks_name_rate_cells_by_their_id(tmp_path: Path) -> None:
+    from specwatch.spec import Thresholds
+    from specwatch.store.checks import history_records, run_checks
+
+    path = tmp_path / "q.duckdb"
+    ingest(run("a", 1, [arm("k3", 3, 1.0, 1.0, "0.27.0", 1), arm("k5", 5, 1.0, 2.0, "0.27.0", 1)]), path)
+    ingest(run("b", 2, [arm("k3", 3, 1.0, 2.0, "0.32.0", 2)]), path)  # the rate cell halves its decode rate
+    con = db.connect(path)
+    try:
+        records = run_checks(con, "a", "k3", Thresholds())
+        history, notes = history_records(con, "b", Thresholds())
+    finally:
+        con.close()
+    rate_checks = [r for r in records if r.cell == RATE.id]
+    assert rate_checks and all(r.concurrency is None for r in rate_checks)
+    assert any(not r.passed and r.arm == "k5" and r.severity == "regression" for r in rate_checks)
+    failed = [r for r in history if not r.passed]
+    assert {r.cell for r in failed} == {RATE.id} and notes == []
+    assert any(r.metric.startswith("acceptance_pos_") for r in history if r.cell == RATE.id)  # positions joined
