@@ -182,7 +182,7 @@ _BENCH_OPTIONS = {
     "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
     "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
     "temperature": "--temperature", "seed": "--seed", "request_rates": "--rate", "arrival": "--arrival",
-    "burstiness": "--burstiness",
+    "burstiness": "--burstiness", "max_concurrency": "--max-concurrency",
 }
 
 
@@ -209,6 +209,7 @@ def bench(
     rate: Annotated[str, typer.Option(help="open-loop cells: comma-separated request rates per second")] = "",
     arrival: Annotated[str, typer.Option(help="open-loop inter-arrival law: poisson or gamma")] = "poisson",
     burstiness: Annotated[float, typer.Option(help="gamma shape (1 = Poisson, < 1 burstier)")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(help="open-loop cells: the most requests in flight")] = None,
     prompt_class: Annotated[str, typer.Option(help="comma-separated: code, json, prose")] = "code,json,prose",
     prompt_tokens: Annotated[int, typer.Option(help="prompt length, calibrated with /tokenize")] = 256,
     max_tokens: Annotated[int, typer.Option(help="output length (min_tokens == max_tokens, ignore_eos)")] = 128,
@@ -245,6 +246,7 @@ def bench(
         raise _fail(f"--rate {rate!r}: write requests per second separated by commas, e.g. 2,4.5,8") from None
     workload, sampling = _bench_inputs(
         concurrency=levels, request_rates=rates, arrival=arrival, burstiness=burstiness,
+        max_concurrency=max_concurrency,
         prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,

@@ -232,6 +232,7 @@ class CellResult(_Record):
     ramp_from_rate: float | None = None  # a ramp's start rate
     arrival: str | None = None  # rate cells: the inter-arrival law (poisson, gamma)
     burstiness: float | None = None  # rate cells: the gamma shape (1 = Poisson)
+    max_concurrency: int | None = None  # rate cells: the in-flight cap, if any
     prompt_class: str
     prompt_tokens: int
     max_tokens: int

@@ -316,6 +316,8 @@ class WorkloadSpec(_Strict):
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: PositiveFloat = Field(default=1.0, description="gamma shape of the inter-arrival times (1 = Poisson)")
     ramp_up: RampUpSpec | None = Field(default=None, description="one more open-loop cell whose rate rises")
+    max_concurrency: PositiveInt | None = Field(
+        default=None, description="open-loop cells: the most requests in flight; one over it waits (send lateness)")
     requests_per_cell: PositiveInt = 8
     duration_s: PositiveFloat | None = Field(
         default=None, description="closed loop for this long per cell instead of requests_per_cell requests"

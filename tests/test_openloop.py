@@ -96,6 +96,21 @@ def test_requests_leave_at_their_planned_times_whatever_the_server_does() -> Non
     assert 0.5 <= outcome.wall_s < 1.5  # the window lasts until the last request ended
 
 
+def test_a_concurrency_cap_delays_sends_and_the_delay_is_lateness() -> None:
+    sent: list[tuple[float, float | None]] = []
+
+    async def slow_send(index: int, prompt: Prompt, scheduled: float | None = None) -> None:
+        sent.append((time.perf_counter(), scheduled))
+        await asyncio.sleep(0.1)
+
+    pool = [(i, Prompt(f"p{i}", 4, f"n{i}")) for i in range(4)]
+    asyncio.run(OpenLoop((0.0, 0.01, 0.02, 0.03), max_concurrency=1).run(_ctx(pool, slow_send)))
+    late = [at - planned for at, planned in sent if planned is not None]
+    # one at a time, 0.1 s each: request i leaves 0.1 * i after the first, 0.09 * i past its plan (sleeps never
+    # end early; the upper bound is loose for a shared host)
+    assert len(late) == 4 and all(0.09 * i - 0.005 <= x < 0.09 * i + 0.08 for i, x in enumerate(late))
+
+
 def test_worker_i_of_n_sends_slots_i_i_plus_n() -> None:
     got: list[int] = []
 

@@ -196,3 +196,19 @@ def test_quality_checks_name_rate_cells_by_their_id(tmp_path: Path) -> None:
     failed = [r for r in history if not r.passed]
     assert {r.cell for r in failed} == {RATE.id} and notes == []
     assert any(r.metric.startswith("acceptance_pos_") for r in history if r.cell == RATE.id)  # positions joined
+
+
+def test_a_capped_rate_cell_is_a_series_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "cap.duckdb"
+    capped = arm("k3", 3, 1.0, 1.0, "0.32.0", 2)
+    capped.cells[-1] = capped.cells[-1].model_copy(update={"max_concurrency": 16})
+    ingest(run("free", 1, [arm("k3", 3, 1.0, 1.0, "0.32.0", 1)]), path)
+    ingest(run("capped", 2, [capped]), path)
+    con = db.connect(path)
+    try:
+        keys = con.execute("SELECT run_id, series_key FROM series_cells WHERE load_mode = 'rate'").fetchall()
+        closed = con.execute("SELECT count(DISTINCT series_key) FROM series_cells WHERE load_mode = 'closed'")
+        assert closed.fetchone() == (4,)  # both runs' closed cells share their series
+    finally:
+        con.close()
+    assert len({k for _, k in keys}) == 2

@@ -57,6 +57,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         ramp_from_rate=key.ramp_from,
         arrival=wl.arrival if rate_cell else None,
         burstiness=wl.burstiness if rate_cell else None,
+        max_concurrency=wl.max_concurrency if rate_cell else None,
         prompt_class=key.prompt_class,
         prompt_tokens=key.prompt_tokens,
         max_tokens=wl.max_tokens,

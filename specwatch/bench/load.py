@@ -142,23 +142,33 @@ class OpenLoop:
     """Requests at planned times (`offsets`, seconds after t0), sent whether or not earlier ones finished.
 
     The whole cell's schedule is fixed before the window opens; worker i of n sends slots
-    i, i+n, ... The window closes when the last of this worker's requests ends.
+    i, i+n, ... The window closes when the last of this worker's requests ends. With
+    `max_concurrency` (vllm bench serve's --max-concurrency) a request that would exceed it
+    waits for a slot, and leaves late: the wait is its send lateness (n workers: each holds its
+    ceil(cap / n) share).
     """
 
     offsets: tuple[float, ...]
+    max_concurrency: int | None = None
     name = "rate"
 
     async def run(self, ctx: LoadContext) -> LoadOutcome:
         prompts = dict(ctx.pool)
         ctx.pool.clear()
         t0 = time.perf_counter() if ctx.t0 is None else ctx.t0
+        cap = asyncio.Semaphore(-(-self.max_concurrency // ctx.workers) if self.max_concurrency else len(self.offsets))
+
+        async def capped(slot: int, prompt: Prompt, planned: float) -> None:
+            async with cap:
+                await ctx.send(slot, prompt, planned)
+
         in_flight: list[asyncio.Future[None]] = []
         for slot in range(ctx.worker, len(self.offsets), ctx.workers):
             planned = t0 + self.offsets[slot]
             delay = planned - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            in_flight.append(asyncio.ensure_future(ctx.send(slot, prompts.pop(slot), planned)))
+            in_flight.append(asyncio.ensure_future(capped(slot, prompts.pop(slot), planned)))
         await asyncio.gather(*in_flight)
         wall = time.perf_counter() - t0
         return LoadOutcome(t0, wall, await ctx.snapshot())
@@ -171,7 +181,8 @@ def open_loop(workload: WorkloadSpec, key: CellKey) -> OpenLoop:
     start = key.rate if key.ramp_from is None else key.ramp_from
     # a ramp is linear in the request index, as vllm bench serve's --ramp-up-strategy linear
     rates = [start + (key.rate - start) * i / max(n - 1, 1) for i in range(n)]
-    return OpenLoop(tuple(schedule(rates, workload.arrival, workload.burstiness, workload.seed, key.id)))
+    offsets = schedule(rates, workload.arrival, workload.burstiness, workload.seed, key.id)
+    return OpenLoop(tuple(offsets), workload.max_concurrency)
 
 
 def load_shape(workload: WorkloadSpec, key: CellKey) -> LoadShape:

@@ -87,7 +87,7 @@ async def measure_cells(
     keys = cell_keys(workload)
     # An open loop may have every request of its cell in flight at once: a connection cap would queue
     # them inside the client, where the send-time lateness cannot see it.
-    streams = max(k.concurrency or workload.requests_per_cell for k in keys)
+    streams = max(k.concurrency or workload.max_concurrency or workload.requests_per_cell for k in keys)
     async with Client(target, workload, sampling, streams=streams) as client:
         cells = []
         for key in keys:

@@ -2,12 +2,13 @@
 -- views re-created so a rate cell is a series point of its own.
 --
 -- cells: ramp_from_rate (a ramp's start rate; request_rate is its end), arrival and burstiness
--- (the inter-arrival law and its gamma shape), achieved_rate ((sent - 1) / send span) and
+-- (the inter-arrival law and its gamma shape), max_concurrency (the in-flight cap), achieved_rate ((sent - 1) / send span) and
 -- send_lateness_ms_p99. requests: scheduled_s (planned send time, started_s's origin) and
 -- send_lateness_s (started_s - scheduled_s). All NULL for closed-loop cells.
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS ramp_from_rate DOUBLE;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS arrival VARCHAR;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS burstiness DOUBLE;
+ALTER TABLE cells ADD COLUMN IF NOT EXISTS max_concurrency INTEGER;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS achieved_rate DOUBLE;
 ALTER TABLE cells ADD COLUMN IF NOT EXISTS send_lateness_ms_p99 DOUBLE;
 ALTER TABLE requests ADD COLUMN IF NOT EXISTS scheduled_s DOUBLE;
@@ -15,7 +16,7 @@ ALTER TABLE requests ADD COLUMN IF NOT EXISTS send_lateness_s DOUBLE;
 
 -- Series key (003): the element that held the concurrency now holds `load_point`: the same text
 -- for a closed-loop cell (so every existing series keeps its key), and for a rate cell its level
--- (r2.5, or r1to8 for a ramp from 1 to 8 requests/s) with its arrival law and burstiness, so a
+-- (r2.5, or r1to8 for a ramp from 1 to 8 requests/s) with its arrival law, burstiness and cap, so a
 -- rate cell never joins a closed-loop series nor one of another rate. load_level is the level
 -- alone, as in the cell id (c4, r2.5, r1to8), for display and filters.
 CREATE OR REPLACE VIEW series_cells AS
@@ -68,10 +69,13 @@ keyed AS (
         c.ramp_from_rate,
         c.arrival,
         c.burstiness,
+        c.max_concurrency,
         -- where the key held the concurrency: the same text for closed-loop cells, so their series keep
-        -- their keys; a rate cell's level with its arrival law, e.g. 'r2.5 poisson b1'
+        -- their keys; a rate cell's level with its arrival law and cap, e.g. 'r2.5 poisson b1' or
+        -- 'r2.5 poisson b1 m16'
         CASE WHEN c.load_mode = 'closed' THEN CAST(c.concurrency AS VARCHAR)
              ELSE split_part(c.cell, '/', 2) || ' ' || c.arrival || ' b' || CAST(c.burstiness AS VARCHAR)
+                  || coalesce(' m' || CAST(c.max_concurrency AS VARCHAR), '')
         END                                          AS load_point,
         r.sampling,
         r.cpu_model,
