@@ -158,3 +158,20 @@ def test_open_loop_spec_checks(tmp_path: Path) -> None:
     doc["workload"] = {**doc["workload"], "request_rates": [], "ramp_up": None}
     (line,) = problems(tmp_path, doc)
     assert "no cells" in line
+
+
+def test_the_plan_counts_rate_cells_and_their_schedule() -> None:
+    from specwatch.plan import plan
+    from specwatch.spec import ExperimentSpec
+
+    def spec(**workload: object) -> ExperimentSpec:
+        return ExperimentSpec.model_validate({
+            "name": "p", "model": {"generate": {}}, "images": [{"name": "cpu", "version": "0.32.0"}],
+            "arms": [{"name": "a", "image": "cpu"}], "baseline": "a", "design": {"blocks": 1},
+            "workload": {"prompt_classes": ["code"], "requests_per_cell": 100, **workload}})
+
+    closed = plan(spec(concurrency=[4]))
+    both = plan(spec(concurrency=[4], request_rates=[1.0], ramp_up={"start_rps": 1, "end_rps": 3}))
+    assert [a.cells for a in closed.arms] == [1] and [a.cells for a in both.arms] == [3]
+    # 100 requests at 1/s and at 1-3/s (mean 2/s) add at least 100 s + 50 s of schedule
+    assert both.seconds - closed.seconds >= 150

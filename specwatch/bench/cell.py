@@ -35,7 +35,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     stop = asyncio.Event()
     # Open loop has no concurrency to reach, so the gauge (which costs the server) is not polled.
     sampler = asyncio.create_task(max_running(client, stop, key.concurrency)) if key.concurrency else None
-    outcome = await shape.run(LoadContext(key.concurrency or 0, pool, make, send, client.metrics))
+    outcome = await shape.run(LoadContext(key.concurrency or 0, pool, make, send, client.metrics))  # 0: open loop
     stop.set()
     peak = await sampler if sampler else None
 
