@@ -181,7 +181,8 @@ _BENCH_OPTIONS = {
     "prompt_classes": "--prompt-class", "prompt_tokens": "--prompt-tokens", "max_tokens": "--max-tokens",
     "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
     "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
-    "temperature": "--temperature", "seed": "--seed",
+    "temperature": "--temperature", "seed": "--seed", "request_rates": "--rate", "arrival": "--arrival",
+    "burstiness": "--burstiness", "max_concurrency": "--max-concurrency",
 }
 
 
@@ -204,7 +205,11 @@ def _bench_inputs(**fields: object) -> tuple[WorkloadSpec, SamplingSpec]:
 def bench(
     endpoint: Annotated[str, typer.Option(help="base URL of a running OpenAI-compatible server with /metrics")],
     model: Annotated[str, typer.Option(help="served model name")],
-    concurrency: Annotated[str, typer.Option(help="comma-separated levels")] = "1,4,8,16",
+    concurrency: Annotated[str, typer.Option(help="comma-separated levels ('' for none)")] = "1,4,8,16",
+    rate: Annotated[str, typer.Option(help="open-loop cells: comma-separated request rates per second")] = "",
+    arrival: Annotated[str, typer.Option(help="open-loop inter-arrival law: poisson or gamma")] = "poisson",
+    burstiness: Annotated[float, typer.Option(help="gamma shape (1 = Poisson, < 1 burstier)")] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option(help="open-loop cells: the most requests in flight")] = None,
     prompt_class: Annotated[str, typer.Option(help="comma-separated: code, json, prose")] = "code,json,prose",
     prompt_tokens: Annotated[int, typer.Option(help="prompt length, calibrated with /tokenize")] = 256,
     max_tokens: Annotated[int, typer.Option(help="output length (min_tokens == max_tokens, ignore_eos)")] = 128,
@@ -229,20 +234,26 @@ def bench(
     from specwatch.bench.client import BenchError, BenchTarget
     from specwatch.bench.document import bench_document
     from specwatch.bench.gates import Gates
-    from specwatch.bench.runner import InProcess, prepare
+    from specwatch.bench.runner import InProcess, cell_keys, prepare
 
     try:
         levels = [int(c) for c in _csv(concurrency)]
     except ValueError:
         raise _fail(f"--concurrency {concurrency!r}: write whole numbers separated by commas, e.g. 1,4,8") from None
+    try:
+        rates = [float(r) for r in _csv(rate)]
+    except ValueError:
+        raise _fail(f"--rate {rate!r}: write requests per second separated by commas, e.g. 2,4.5,8") from None
     workload, sampling = _bench_inputs(
-        concurrency=levels, prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+        concurrency=levels, request_rates=rates, arrival=arrival, burstiness=burstiness,
+        max_concurrency=max_concurrency,
+        prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)
-    total = len(workload.concurrency) * len(workload.prompt_classes)
+    total = len(cell_keys(workload))
     gates = Gates(max_prefix_cache_hit_rate, workload.repetition_flag_ratio)
     with Progress(console=err, transient=True) as progress:
         bar = progress.add_task("cells", total=total)
@@ -252,11 +263,11 @@ def bench(
         except BenchError as exc:
             raise _fail(str(exc)) from None
     table = Table(title=f"{endpoint} {model}")
-    for col in ("c", "class", "ok/failed", "decode tok/s p50", "TTFT ms p50", "aggregate tok/s", "server tok/s",
-                "mean acc len", "prefix hit", "max running", "status"):
+    for col in ("load", "class", "ok/failed", "sent req/s", "decode tok/s p50", "TTFT ms p50", "aggregate tok/s",
+                "server tok/s", "mean acc len", "prefix hit", "max running", "status"):
         table.add_column(col, no_wrap=True)
     for c in cells:
-        table.add_row(str(c.concurrency), c.prompt_class, f"{c.requests_ok}/{c.requests_failed}",
+        table.add_row(c.key.level, c.prompt_class, f"{c.requests_ok}/{c.requests_failed}", _num(c.achieved_rate, ".2f"),
                       _num(c.decode_tok_s_median, ".1f"), _num(c.ttft_s_median and c.ttft_s_median * 1e3, ".0f"),
                       _num(c.aggregate_tok_s, ".1f"), _num(c.server_aggregate_tok_s, ".1f"),
                       _num(c.window.mean_acceptance_length, ".2f"), _num(c.window.prefix_cache_hit_rate, ".1%"),

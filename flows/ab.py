@@ -139,7 +139,7 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
         blocks.run(arm_name, block)
     done = spec.design.blocks
     while spec.design.adaptive:
-        cis = {(c.arm, c.key): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
+        cis = {(c.arm, c.key, c.metric): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
         step = adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
                                        spec.design.max_blocks or done)
         logger.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)

@@ -38,7 +38,7 @@ def _add_history_checks(outcome: RunOutcome, baseline: BaselinePolicy) -> list[s
     result.quality += records
     ingest_run(result, outcome.run_dir, outcome.db_path, tables=("runs", "quality_results"))
     write_report(result, outcome.run_dir)
-    return [f"{q.arm} c={q.concurrency} {q.prompt_class}: {q.detail}" for q in records if not q.passed]
+    return [f"{q.arm} {q.cell}: {q.detail}" for q in records if not q.passed]
 
 
 def notify(block: str, message: str) -> None:

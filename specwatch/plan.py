@@ -37,12 +37,16 @@ class Plan:
 def plan(spec: ExperimentSpec) -> Plan:
     wl, design = spec.workload, spec.design
     blocks = design.max_blocks if design.adaptive and design.max_blocks else design.blocks
-    cells = len(wl.concurrency) * len(wl.prompt_classes)
+    # an open-loop cell lasts as long as its schedule (requests / rate), plus the last request's decode
+    rates = [*wl.request_rates, *([(wl.ramp_up.start_rps + wl.ramp_up.end_rps) / 2] if wl.ramp_up else [])]
+    open_s = sum(wl.requests_per_cell / r + wl.max_tokens / DECODE_ESTIMATE_TOK_S for r in rates)
+    cells = (len(wl.concurrency) + len(rates)) * len(wl.prompt_classes)
     if wl.duration_s:
-        per_block = cells * wl.duration_s
+        per_block = len(wl.concurrency) * len(wl.prompt_classes) * wl.duration_s
     else:
         per_block = len(wl.prompt_classes) * sum(
             wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
+    per_block += len(wl.prompt_classes) * open_s
     per_block += (wl.warmup_requests * wl.max_tokens + design.probes * design.probe_tokens) / DECODE_ESTIMATE_TOK_S
     rows, total, launches = [], 0.0, 0
     for arm in spec.arms:

@@ -59,12 +59,20 @@ def _quantile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def load_level(concurrency: int | None = None, rate: float | None = None, ramp_from: float | None = None) -> str:
+    """A cell's load level as text: `c=4` (closed loop), `r=2.5/s` (a rate), `r=1-8/s` (a ramp)."""
+    if concurrency is not None:
+        return f"c={concurrency}"
+    return f"r={rate:g}/s" if ramp_from is None else f"r={ramp_from:g}-{rate:g}/s"
+
+
 class CellKey(BaseModel):
     """What names a cell everywhere: records, SQL (`cell` column), verdict and report.
 
     A closed-loop cell holds `concurrency` streams in flight; an open-loop (`rate`) cell sends
-    requests at `rate` per second. `prompt_tokens` is the calibrated prompt length, which is
-    also the context depth of a sweep point.
+    requests at `rate` per second, or, with `ramp_from`, at a rate rising from `ramp_from` to
+    `rate` over the cell. `prompt_tokens` is the calibrated prompt length, which is also the
+    context depth of a sweep point.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -72,30 +80,41 @@ class CellKey(BaseModel):
     load: LoadMode = "closed"
     concurrency: int | None = None
     rate: float | None = None
+    ramp_from: float | None = None
     prompt_class: str
     prompt_tokens: int
 
     @model_validator(mode="after")
     def _level(self) -> CellKey:
         if (self.load == "closed") != (self.concurrency is not None) or (self.load == "rate") != (
-                self.rate is not None):
-            raise ValueError("a closed-loop cell has a concurrency and no rate; a rate cell has a rate only")
+                self.rate is not None) or (self.ramp_from is not None and self.load != "rate"):
+            raise ValueError("a closed-loop cell has a concurrency and no rate; a rate cell has a rate "
+                             "(and a ramp_from when its rate rises) only")
         return self
 
     @property
     def id(self) -> str:
-        """Stable text form, stored in every table's `cell` column: `closed/c4/code/p128`."""
-        level = f"c{self.concurrency}" if self.load == "closed" else f"r{self.rate:g}"
+        """Stable text form, stored in every table's `cell` column: `closed/c4/code/p128`,
+        `rate/r2.5/code/p128`, a ramp from 1 to 8 requests/s `rate/r1to8/code/p128`."""
+        if self.load == "closed":
+            level = f"c{self.concurrency}"
+        else:
+            level = f"r{self.rate:g}" if self.ramp_from is None else f"r{self.ramp_from:g}to{self.rate:g}"
         return f"{self.load}/{level}/{self.prompt_class}/p{self.prompt_tokens}"
 
     @property
-    def label(self) -> str:
-        """Short human form for tables and logs: `c=4 code` (`r=2.5/s` for rate cells)."""
-        level = f"c={self.concurrency}" if self.load == "closed" else f"r={self.rate:g}/s"
-        return f"{level} {self.prompt_class}"
+    def level(self) -> str:
+        """The load level alone, as the verdict declares and reports it: `c=4`, `r=2.5/s`, `r=1-8/s`."""
+        return load_level(self.concurrency, self.rate, self.ramp_from)
 
-    def sort_key(self) -> tuple[str, float, str, int]:
-        return (self.load, float(self.concurrency or self.rate or 0), self.prompt_class, self.prompt_tokens)
+    @property
+    def label(self) -> str:
+        """Short human form for tables and logs: `c=4 code` (`r=2.5/s code` for rate cells)."""
+        return f"{self.level} {self.prompt_class}"
+
+    def sort_key(self) -> tuple[str, float, float, str, int]:
+        return (self.load, float(self.concurrency or self.rate or 0), self.ramp_from or 0.0, self.prompt_class,
+                self.prompt_tokens)
 
 
 class ImageRef(_Record):
@@ -171,6 +190,7 @@ class RequestSample(_Record):
     completion_tokens: int | None = None
     chunks: int = 0
     started_s: float = 0.0
+    scheduled_s: float | None = None  # open loop: the planned send time, on started_s's clock and origin
     ttft_s: float | None = None
     e2e_s: float | None = None
     decode_s: float | None = None
@@ -189,6 +209,12 @@ class RequestSample(_Record):
 
     @computed_field
     @property
+    def send_lateness_s(self) -> float | None:
+        """How late the request left against its plan (open loop): started_s - scheduled_s."""
+        return None if self.scheduled_s is None else self.started_s - self.scheduled_s
+
+    @computed_field
+    @property
     def decode_tok_s(self) -> float | None:
         """(completion_tokens - 1) / (t_last - t_first): the first token belongs to TTFT.
 
@@ -201,8 +227,12 @@ class RequestSample(_Record):
 
 class CellResult(_Record):
     load_mode: LoadMode = "closed"
-    concurrency: int
-    request_rate: float | None = None
+    concurrency: int | None = None  # closed loop only
+    request_rate: float | None = None  # rate cells: the asked rate (a ramp's end rate), requests/s
+    ramp_from_rate: float | None = None  # a ramp's start rate
+    arrival: str | None = None  # rate cells: the inter-arrival law (poisson, gamma)
+    burstiness: float | None = None  # rate cells: the gamma shape (1 = Poisson)
+    max_concurrency: int | None = None  # rate cells: the in-flight cap, if any
     prompt_class: str
     prompt_tokens: int
     max_tokens: int
@@ -217,7 +247,8 @@ class CellResult(_Record):
     @property
     def key(self) -> CellKey:
         return CellKey(load=self.load_mode, concurrency=self.concurrency if self.load_mode == "closed" else None,
-                       rate=self.request_rate, prompt_class=self.prompt_class, prompt_tokens=self.prompt_tokens)
+                       rate=self.request_rate, ramp_from=self.ramp_from_rate, prompt_class=self.prompt_class,
+                       prompt_tokens=self.prompt_tokens)
 
     @computed_field
     @property
@@ -286,6 +317,23 @@ class CellResult(_Record):
     def aggregate_tok_s(self) -> float | None:
         """Sum of completion tokens over the cell's wall time."""
         return _ratio(float(self.completion_tokens), self.wall_s)
+
+    @computed_field
+    @property
+    def achieved_rate(self) -> float | None:
+        """Rate cells: requests sent per second, (sent - 1) / (last send - first send) over every sent
+        request (failed ones too); equals the asked rate when each request left at its planned time."""
+        starts = [r.started_s for r in self.requests]
+        if self.load_mode != "rate" or len(starts) < 2:
+            return None
+        return _ratio(len(starts) - 1.0, max(starts) - min(starts))
+
+    @computed_field
+    @property
+    def send_lateness_ms_p99(self) -> float | None:
+        """Rate cells: the 99th percentile of how late requests were sent against their plan."""
+        late = [r.send_lateness_s * 1e3 for r in self.requests if r.send_lateness_s is not None]
+        return _quantile(late, 0.99)
 
     @computed_field
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -290,12 +291,33 @@ class ArmSpec(_Strict):
         return [self.speculative.k, *self.speculative.fallback] if self.speculative else [None]
 
 
+class RampUpSpec(_Strict):
+    """An open-loop cell whose rate rises linearly with the request index from start_rps to end_rps
+    (vllm bench serve's --ramp-up-strategy linear)."""
+
+    start_rps: PositiveFloat
+    end_rps: PositiveFloat
+
+    @model_validator(mode="after")
+    def _rising(self) -> RampUpSpec:
+        if self.end_rps <= self.start_rps:
+            raise ValueError(f"end_rps {self.end_rps:g} <= start_rps {self.start_rps:g}: a ramp rises; "
+                             "set end_rps above start_rps (a constant rate is a request_rates entry)")
+        return self
+
+
 class WorkloadSpec(_Strict):
     protocol: ProtocolName = Field(default="completions", description="request protocol (specwatch.bench.protocols)")
     prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
     prompt_tokens: Annotated[int, Field(ge=16)] = 128
     max_tokens: Annotated[int, Field(ge=2)] = 64
-    concurrency: Annotated[list[PositiveInt], Field(min_length=1)] = [1, 4]
+    concurrency: list[PositiveInt] = Field(default=[1, 4], description="closed-loop cells; [] with rates")
+    request_rates: list[float] = Field(default=[], description="open-loop cells: requests/s, one cell each")
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    burstiness: PositiveFloat = Field(default=1.0, description="gamma shape of the inter-arrival times (1 = Poisson)")
+    ramp_up: RampUpSpec | None = Field(default=None, description="one more open-loop cell whose rate rises")
+    max_concurrency: PositiveInt | None = Field(
+        default=None, description="open-loop cells: the most requests in flight; one over it waits (send lateness)")
     requests_per_cell: PositiveInt = 8
     duration_s: PositiveFloat | None = Field(
         default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
@@ -306,9 +328,23 @@ class WorkloadSpec(_Strict):
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
 
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, rates: list[float]) -> list[float]:
+        for rate in rates:
+            if not (rate > 0 and math.isfinite(rate)):
+                raise ValueError(f"rate {rate!r} is not a positive number of requests per second; fix: give rates "
+                                 "above 0, e.g. [1, 2, 4], or leave request_rates out for closed-loop cells only")
+        return rates
+
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:
-        top = max(self.concurrency)
+        if not (self.concurrency or self.request_rates or self.ramp_up):
+            raise ValueError("no cells: give concurrency levels (closed loop), request_rates (open loop) or ramp_up")
+        if self.arrival == "poisson" and self.burstiness != 1.0:
+            raise ValueError(f"burstiness {self.burstiness:g} needs arrival: gamma (Poisson arrivals have "
+                             "burstiness 1); set arrival: gamma or drop burstiness")
+        top = max(self.concurrency, default=1)
         if self.requests_per_cell < top:
             raise ValueError(
                 f"requests_per_cell {self.requests_per_cell} < concurrency {top}: the cell could never reach "
@@ -360,6 +396,21 @@ class VerdictSpec(_Strict):
     tail_floor: Annotated[float, Field(ge=0, le=1)] = 0.2
     require_gain: bool = True
     concurrency: list[PositiveInt] | None = Field(default=None, description="declared cells; default: all")
+    request_rates: list[PositiveFloat] | None = Field(default=None, description="declared rate cells; default: all")
+    metrics: Annotated[list[str], Field(min_length=1)] = Field(
+        default=["decode_tok_s"], description="judged metrics (specwatch.analysis.metrics); the first must gain")
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, names: list[str]) -> list[str]:
+        from specwatch.analysis.metrics import unknown_metrics  # the registry imports records, not this module
+
+        problem = unknown_metrics(names)
+        if problem:
+            raise ValueError(f"{problem}; fix: use those names")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{names} names a metric twice; fix: list each once")
+        return names
 
 
 class ExperimentSpec(_Strict):

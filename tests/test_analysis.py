@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -242,43 +243,95 @@ def _cell(outcome: str, concurrency: int = 1, prompt_class: str = "code", metric
 def test_verdict_promote() -> None:
     cells = [_cell("gain", 1), _cell("flat", 4), _cell("gain", 8), _cell("regression", 64)]  # c=64 undeclared
     cells.append(_cell("regression", 1, metric="ttft_ms"))  # other metrics do not vote
-    v = experiment_verdict(cells, [], [], [1, 4, 8])
+    v = experiment_verdict(cells, [], [], ["c=1", "c=4", "c=8"])
     assert v.decision == "PROMOTE" and v.needs_more_blocks == []
     assert any(r.startswith("gain") for r in v.reasons)
 
 
 def test_verdict_revert_on_regression() -> None:
-    v = experiment_verdict([_cell("gain", 1), _cell("regression", 4)], [], [], [1, 4])
+    v = experiment_verdict([_cell("gain", 1), _cell("regression", 4)], [], [], ["c=1", "c=4"])
     assert v.decision == "REVERT"
     assert any("regression" in r and "c=4" in r for r in v.reasons)
 
 
 def test_verdict_revert_on_tail_collapse() -> None:
-    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], ["k7"], [], [1, 4])
+    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], ["k7"], [], ["c=1", "c=4"])
     assert v.decision == "REVERT" and any("tail collapse" in r for r in v.reasons)
 
 
 def test_verdict_revert_on_correctness_even_when_faster() -> None:
-    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], [], ["k7: probe 3 diverges at token 17"], [1, 4])
+    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], [], ["k7: probe 3 diverges at token 17"],
+                           ["c=1", "c=4"])
     assert v.decision == "REVERT"
     assert any("correctness" in r and "despite 2 faster" in r for r in v.reasons)
 
 
 def test_verdict_inconclusive_lists_cells() -> None:
     cells = [_cell("gain", 1), _cell("inconclusive", 4, "prose"), _cell("inconclusive", 8)]
-    v = experiment_verdict(cells, [], [], [1, 4, 8])
+    v = experiment_verdict(cells, [], [], ["c=1", "c=4", "c=8"])
     assert v.decision == "INCONCLUSIVE"
     assert [(c.key.concurrency, c.key.prompt_class) for c in v.needs_more_blocks] == [(4, "prose"), (8, "code")]
 
 
 def test_verdict_flat_and_missing_cells() -> None:
     flat = [_cell("flat", 1), _cell("flat", 4)]
-    assert experiment_verdict(flat, [], [], [1, 4]).decision == "INCONCLUSIVE"
-    assert experiment_verdict(flat, [], [], [1, 4], VerdictRule(require_gain=False)).decision == "PROMOTE"
+    assert experiment_verdict(flat, [], [], ["c=1", "c=4"]).decision == "INCONCLUSIVE"
+    assert experiment_verdict(flat, [], [], ["c=1", "c=4"], VerdictRule(require_gain=False)).decision == "PROMOTE"
     # a declared concurrency with no result (rejected cell) blocks PROMOTE
-    v = experiment_verdict([_cell("gain", 1)], [], [], [1, 8])
+    v = experiment_verdict([_cell("gain", 1)], [], [], ["c=1", "c=8"])
     assert v.decision == "INCONCLUSIVE" and any("c=8" in r for r in v.reasons)
-    assert experiment_verdict([], [], [], [1]).decision == "INCONCLUSIVE"
+    assert experiment_verdict([], [], [], ["c=1"]).decision == "INCONCLUSIVE"
+
+
+def _metric_cell(outcome_ci: tuple[float, float], metric: str, level: CellKey | None = None) -> CellVerdict:
+    from specwatch.analysis.metrics import METRICS
+
+    key = level or CellKey(concurrency=1, prompt_class="code", prompt_tokens=128)
+    return CellVerdict.from_ci("k7", key, metric, _ci(*outcome_ci), 0.05, METRICS[metric].higher_is_better)
+
+
+FASTER, SLOWER, SAME = (0.08, 0.20), (-0.20, -0.08), (-0.03, 0.03)
+
+
+def test_each_metric_is_judged_with_its_own_direction() -> None:
+    # TTFT 8-20 % higher is worse; TTFT 8-20 % lower is better
+    assert _metric_cell(FASTER, "ttft").outcome == "regression"
+    assert _metric_cell(SLOWER, "ttft").outcome == "gain"
+    assert _metric_cell(FASTER, "aggregate_tok_s").outcome == "gain"
+    rule = VerdictRule(metrics=("decode_tok_s", "ttft"))
+    # decode gains but TTFT regressed: any declared metric regressing reverts
+    v = experiment_verdict([_metric_cell(FASTER, "decode_tok_s"), _metric_cell(FASTER, "ttft")], [], [], [], rule)
+    assert v.decision == "REVERT" and any("ttft" in r and "lower is better" in r for r in v.reasons)
+    # decode gains, TTFT improved: promote
+    v = experiment_verdict([_metric_cell(FASTER, "decode_tok_s"), _metric_cell(SLOWER, "ttft")], [], [], [], rule)
+    assert v.decision == "PROMOTE"
+    # only the second metric gained: the first declared metric must gain
+    v = experiment_verdict([_metric_cell(SAME, "decode_tok_s"), _metric_cell(SLOWER, "ttft")], [], [], [], rule)
+    assert v.decision == "INCONCLUSIVE" and "decode_tok_s" in v.reasons[0]
+    # an undeclared metric never votes
+    v = experiment_verdict([_metric_cell(FASTER, "decode_tok_s"), _metric_cell(SLOWER, "tpot")], [], [], [], rule)
+    assert v.decision == "PROMOTE"
+
+
+def test_rate_cells_count_beside_concurrency_cells() -> None:
+    rate = CellKey(load="rate", rate=2.5, prompt_class="code", prompt_tokens=128)
+    closed = CellKey(concurrency=4, prompt_class="code", prompt_tokens=128)
+    cells = [_metric_cell(FASTER, "decode_tok_s", closed), _metric_cell(SLOWER, "decode_tok_s", rate)]
+    v = experiment_verdict(cells, [], [], ["c=4", "r=2.5/s"])
+    assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.reasons)
+    assert experiment_verdict(cells, [], [], ["c=4"]).decision == "PROMOTE"  # an undeclared rate does not vote
+    v = experiment_verdict(cells[:1], [], [], ["c=4", "r=2.5/s"])
+    assert v.decision == "INCONCLUSIVE" and any("r=2.5/s" in r for r in v.reasons)
+
+
+def test_verdict_metrics_unknown_name_is_one_line_listing_the_known(tmp_path: Path) -> None:
+    from tests.test_spec import base_doc, problems
+
+    doc = base_doc()
+    doc["verdict"] = {"metrics": ["decode_tok_s", "p99_ttft"]}
+    (line,) = problems(tmp_path, doc)
+    assert line.startswith("verdict.metrics: unknown metric(s) 'p99_ttft'; known metrics: decode_tok_s, ")
+    assert "ttft" in line and "tpot" in line and "aggregate_tok_s" in line
 
 
 # -------------------------------------------------------------------------------------- cost model

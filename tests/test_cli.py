@@ -77,6 +77,19 @@ def test_bench_writes_the_documented_json(tmp_path: Path) -> None:
     assert len(cell["acceptance_per_position"]) == 3
 
 
+def test_bench_rate_cells_in_the_json(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    with run_fake_vllm(fake_args()) as url:
+        res = runner.invoke(app, bench_args(url, "--concurrency", "", "--rate", "20", "--arrival", "gamma",
+                                            "--burstiness", "2", "--json", str(out)))
+    assert res.exit_code == 0, res.output
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert (cell["cell"], cell["load_mode"], cell["concurrency"]) == ("rate/r20/code/p32", "rate", None)
+    assert (cell["request_rate"], cell["arrival"], cell["burstiness"]) == (20.0, "gamma", 2.0)
+    assert cell["achieved_rate"] > 10 and cell["send_lateness_ms_p99"] >= 0
+    assert "r=20/s" in res.output
+
+
 def test_bench_exits_4_when_a_cell_is_rejected() -> None:
     with run_fake_vllm(fake_args("--fail-every", "5")) as url:
         res = runner.invoke(app, bench_args(url))
@@ -88,6 +101,9 @@ def test_bench_exits_4_when_a_cell_is_rejected() -> None:
     (["--concurrency", "one"], "--concurrency 'one'"),
     (["--prompt-class", "poetry"], "--prompt-class"),
     (["--duration", "soon"], "--duration 'soon'"),
+    (["--rate", "2,0"], "--rate: rate 0.0 is not a positive number"),
+    (["--rate", "fast"], "--rate 'fast'"),
+    (["--rate", "2", "--burstiness", "0.5"], "needs arrival: gamma"),
 ])
 def test_bench_bad_options_are_one_line(args: list[str], message: str) -> None:
     res = runner.invoke(app, bench_args("http://127.0.0.1:9", *args))

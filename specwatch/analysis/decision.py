@@ -17,17 +17,18 @@ Decision = Literal["PROMOTE", "REVERT", "INCONCLUSIVE"]
 OUTCOMES: tuple[Outcome, ...] = ("gain", "regression", "flat", "inconclusive")
 
 
-def classify(ci: DiffCI | None, band: float) -> Outcome:
+def classify(ci: DiffCI | None, band: float, higher_is_better: bool = True) -> Outcome:
     """gain: CI above +band; regression: CI below -band; flat: CI inside [-band, +band];
-    inconclusive: the CI straddles a band edge (or there is no CI). band is relative (0.05 = 5 %)."""
+    inconclusive: the CI straddles a band edge (or there is no CI). band is relative (0.05 = 5 %).
+    For a lower-is-better metric (TTFT) gain and regression swap sides."""
     if band < 0:
         raise ValueError("band must be >= 0")
     if ci is None:
         return "inconclusive"
     if ci.low > band:
-        return "gain"
+        return "gain" if higher_is_better else "regression"
     if ci.high < -band:
-        return "regression"
+        return "regression" if higher_is_better else "gain"
     if -band <= ci.low and ci.high <= band:
         return "flat"
     return "inconclusive"
@@ -42,10 +43,12 @@ class CellVerdict:
     metric: str
     ci: DiffCI | None
     outcome: Outcome
+    higher_is_better: bool = True
 
     @classmethod
-    def from_ci(cls, arm: str, key: CellKey, metric: str, ci: DiffCI | None, band: float) -> CellVerdict:
-        return cls(arm, key, metric, ci, classify(ci, band))
+    def from_ci(cls, arm: str, key: CellKey, metric: str, ci: DiffCI | None, band: float,
+                higher_is_better: bool = True) -> CellVerdict:
+        return cls(arm, key, metric, ci, classify(ci, band, higher_is_better), higher_is_better)
 
     @property
     def concurrency(self) -> int | None:
@@ -65,7 +68,7 @@ class VerdictRule:
     band: float = 0.05
     tail_floor: float = 0.2
     require_gain: bool = True
-    metric: str = "decode_tok_s"
+    metrics: tuple[str, ...] = ("decode_tok_s",)  # each judged on its own; the first is the one that must gain
 
     def tail_collapsed(self, per_position: Sequence[float]) -> bool:
         return tail_collapsed(per_position, self.tail_floor)
@@ -88,24 +91,26 @@ def experiment_verdict(
     cells: Sequence[CellVerdict],
     tail_collapsed_arms: Sequence[str],
     correctness_failures: Sequence[str],
-    declared_concurrency: Sequence[int],
+    declared_levels: Sequence[str],
     rule: VerdictRule = VerdictRule(),
 ) -> Verdict:
     """PROMOTE / REVERT / INCONCLUSIVE from classified cells.
 
-    Only cells of rule.metric at the declared concurrencies count (all concurrencies present if
-    none are declared). REVERT: any correctness failure (greedy output changed: a faster build
-    that changes outputs is a bug, not a win), any tail collapse, any regressing cell.
-    PROMOTE: every counted cell gain or flat, at least one gain (if rule.require_gain), every
-    declared concurrency measured. Otherwise INCONCLUSIVE, with the straddling cells listed.
+    Only cells of rule.metrics at the declared load levels (CellKey.level: `c=4`, `r=2.5/s`; all
+    levels present if none are declared) count; each metric is judged on its own, with its
+    direction. REVERT: any correctness failure (greedy output changed: a faster build that changes
+    outputs is a bug, not a win), any tail collapse, any regressing cell of any declared metric.
+    PROMOTE: every counted cell gain or flat, at least one gain of the first declared metric (if
+    rule.require_gain), every declared level measured. Otherwise INCONCLUSIVE, with the straddling
+    cells listed.
     """
-    declared = set(declared_concurrency) or {
-        c.concurrency for c in cells if c.metric == rule.metric and c.concurrency is not None}
-    counted = [c for c in cells if c.metric == rule.metric and c.concurrency in declared]
-    gains = [c for c in counted if c.outcome == "gain"]
+    lead = rule.metrics[0]
+    declared = set(declared_levels) or {c.key.level for c in cells if c.metric in rule.metrics}
+    counted = [c for c in cells if c.metric in rule.metrics and c.key.level in declared]
+    gains = [c for c in counted if c.outcome == "gain" and c.metric == lead]
     regressions = [c for c in counted if c.outcome == "regression"]
     unsure = [c for c in counted if c.outcome == "inconclusive"]
-    missing = sorted(declared - {c.concurrency for c in counted})
+    missing = sorted(declared - {c.key.level for c in counted if c.metric == lead})
 
     reasons: list[str] = []
     for failure in correctness_failures:
@@ -113,21 +118,26 @@ def experiment_verdict(
         reasons.append(f"correctness: greedy output changed: {failure}{speed}")
     for arm in tail_collapsed_arms:
         reasons.append(f"tail collapse: {arm} last-position acceptance below {rule.tail_floor:g}")
-    cell_reasons = [f"regression: {c.label} {_fmt_ci(c.ci)} below -{rule.band:.0%}" for c in regressions]
+    cell_reasons = [f"regression: {c.label} {_fmt_ci(c.ci)} {_worse_side(c, rule.band)}" for c in regressions]
     if reasons or cell_reasons:
         return Verdict("REVERT", reasons + cell_reasons, cell_reasons=len(cell_reasons))
 
     if not counted:
-        return Verdict("INCONCLUSIVE", [f"no {rule.metric} cells at the declared concurrencies"])
-    reasons = [f"missing: no {rule.metric} result at c={conc} (rejected or not run)" for conc in missing]
+        return Verdict("INCONCLUSIVE", [f"no {lead} cells at the declared load levels"])
+    reasons = [f"missing: no {lead} result at {level} (rejected or not run)" for level in missing]
     cell_reasons = [f"inconclusive: {c.label} {_fmt_ci(c.ci)} straddles +-{rule.band:.0%}" for c in unsure]
     if reasons or cell_reasons:
         return Verdict("INCONCLUSIVE", reasons + cell_reasons, unsure, len(cell_reasons))
     if rule.require_gain and not gains:
-        return Verdict("INCONCLUSIVE", [f"every cell is flat within +-{rule.band:.0%}; the rule requires a gain"])
-    cell_reasons = [f"gain: {c.label} {_fmt_ci(c.ci)}" for c in gains]
+        return Verdict("INCONCLUSIVE", [f"no {lead} cell gained beyond +-{rule.band:.0%} (the others flat or "
+                                        "better); the rule requires a gain"])
+    cell_reasons = [f"gain: {c.label} {_fmt_ci(c.ci)}" for c in counted if c.outcome == "gain"]
     cell_reasons += [f"flat: {c.label} {_fmt_ci(c.ci)}" for c in counted if c.outcome == "flat"]
     return Verdict("PROMOTE", cell_reasons, cell_reasons=len(cell_reasons))
+
+
+def _worse_side(c: CellVerdict, band: float) -> str:
+    return f"below -{band:.0%}" if c.higher_is_better else f"above +{band:.0%} (lower is better)"
 
 
 def _fmt_ci(ci: DiffCI | None) -> str:

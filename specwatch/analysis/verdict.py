@@ -15,10 +15,10 @@ from specwatch.analysis.acceptance import decay, tail_collapsed
 from specwatch.analysis.cost import CostPrediction, fit_step_time, predict_k, prediction_error, step_time_from
 from specwatch.analysis.decision import CellVerdict, Verdict, VerdictRule, experiment_verdict
 from specwatch.analysis.intervals import relative_diff_ci
-from specwatch.records import ArmResult, CellKey, QualityRecord, RunResult
+from specwatch.analysis.metrics import METRICS
+from specwatch.records import ArmResult, CellKey, QualityRecord, RunResult, load_level
 from specwatch.spec import ExperimentSpec
 
-METRIC = "decode_tok_s"
 # Adaptive stopping looks at the data after every block: each look uses a stricter interval so
 # the whole design keeps the error rate of a fixed one (calibrated in benchmarks/adaptive_stopping.py).
 ADAPTIVE_CONFIDENCE = 0.99
@@ -70,13 +70,14 @@ def _ok_blocks(result: RunResult, arm: str) -> list[ArmResult]:
     return sorted((a for a in result.arms if a.name == arm and a.status == "ok"), key=lambda a: a.block)
 
 
-def _block_values(blocks: list[ArmResult], key: CellKey) -> dict[int, float]:
-    """The replicate: one block median per launch; rejected cells are missing, never zero."""
+def _block_values(blocks: list[ArmResult], key: CellKey, metric: str = "decode_tok_s") -> dict[int, float]:
+    """The replicate: the metric's cell figure per launch; rejected cells are missing, never zero
+    (nor is a figure of zero: the comparison is on log ratios)."""
     out = {}
     for arm in blocks:
         for cell in arm.cells:
-            if cell.key == key and not cell.rejected and cell.decode_tok_s_median:
-                out[arm.block] = cell.decode_tok_s_median
+            if cell.key == key and not cell.rejected and (value := METRICS[metric].value(cell)):
+                out[arm.block] = value
     return out
 
 
@@ -94,12 +95,23 @@ def compare_cells(result: RunResult, spec: ExperimentSpec, confidence: float = 0
             continue
         cand = _ok_blocks(result, arm.name)
         for key in measured_keys(base + cand):
-            b, c = _block_values(base, key), _block_values(cand, key)
-            # pair the i-th launch of each arm: adjacent in the counterbalanced order
-            pairs = sorted(b.keys() & c.keys())
-            ci = relative_diff_ci([b[i] for i in pairs], [c[i] for i in pairs], confidence)
-            verdicts.append(CellVerdict.from_ci(arm.name, key, METRIC, ci, band))
+            for metric in spec.verdict.metrics:
+                b, c = _block_values(base, key, metric), _block_values(cand, key, metric)
+                # pair the i-th launch of each arm: adjacent in the counterbalanced order
+                pairs = sorted(b.keys() & c.keys())
+                ci = relative_diff_ci([b[i] for i in pairs], [c[i] for i in pairs], confidence)
+                verdicts.append(CellVerdict.from_ci(arm.name, key, metric, ci, band, METRICS[metric].higher_is_better))
     return verdicts
+
+
+def declared_levels(spec: ExperimentSpec) -> list[str]:
+    """The load levels the verdict counts (CellKey.level): the declared ones, else every one the workload runs."""
+    wl, v = spec.workload, spec.verdict
+    levels = [load_level(concurrency=c) for c in v.concurrency or wl.concurrency]
+    levels += [load_level(rate=r) for r in (v.request_rates if v.request_rates is not None else wl.request_rates)]
+    if wl.ramp_up and v.request_rates is None:
+        levels.append(load_level(rate=wl.ramp_up.end_rps, ramp_from=wl.ramp_up.start_rps))
+    return levels
 
 
 def acceptance_curves(result: RunResult, spec: ExperimentSpec) -> list[ArmCurve]:
@@ -159,10 +171,12 @@ def correctness(result: RunResult, spec: ExperimentSpec) -> tuple[list[Divergenc
 
 
 def _c1_figures(result: RunResult, arm: str) -> tuple[float, float] | None:
-    """(decode tok/s, mean acceptance length) at the lowest concurrency, medians over blocks."""
+    """(decode tok/s, mean acceptance length) at the lowest concurrency, medians over blocks
+    (closed-loop cells only: an open loop's in-flight count is not a concurrency)."""
     rows = [(c.decode_tok_s_median, c.window.mean_acceptance_length)
             for b in _ok_blocks(result, arm) for c in b.cells
-            if not c.rejected and c.concurrency == min(x.concurrency for x in b.cells)]
+            if not c.rejected and c.concurrency is not None
+            and c.concurrency == min(x.concurrency for x in b.cells if x.concurrency is not None)]
     present = [(d, m) for d, m in rows if d and m]
     if not present:
         return None
@@ -195,13 +209,13 @@ def assess(result: RunResult, spec: ExperimentSpec) -> Assessment:
     curves = acceptance_curves(result, spec)
     divergences, compared = correctness(result, spec)
     rule = VerdictRule(band=spec.thresholds.noise_band, tail_floor=spec.verdict.tail_floor,
-                             require_gain=spec.verdict.require_gain)
+                       require_gain=spec.verdict.require_gain, metrics=tuple(spec.verdict.metrics))
     failures = [f"{d.arm} vs {d.reference}: probe {d.probe} differs from token {d.position}" for d in divergences]
     # The no-spec control is reported beside the spec arms; being slower is its job, not a regression.
     controls = control_arms(spec)
     verdict = experiment_verdict(
         [c for c in cells if c.arm not in controls], [c.arm for c in curves if c.tail_collapsed], failures,
-        spec.verdict.concurrency or spec.workload.concurrency, rule,
+        declared_levels(spec), rule,
     )
     cost, rows = cost_model(result, spec, curves)
     blocks = {a.name: len(_ok_blocks(result, a.name)) for a in spec.arms}
@@ -222,7 +236,7 @@ def decision_records(assessment: Assessment, spec: ExperimentSpec) -> list[Quali
         control = cv.arm in controls
         out.append(QualityRecord(
             arm=cv.arm, block=None, cell=cv.key.id, concurrency=cv.key.concurrency, prompt_class=cv.key.prompt_class,
-            check="control.ci.decode_tok_s" if control else "regression.ci.decode_tok_s", metric=METRIC,
+            check=f"control.ci.{cv.metric}" if control else f"regression.ci.{cv.metric}", metric=cv.metric,
             value=ci.estimate if ci else None, threshold=band,
             passed=control or cv.outcome != "regression", severity="regression",
             detail=f"{cv.outcome}: " + (f"{ci.estimate:+.1%} [{ci.low:+.1%}, {ci.high:+.1%}] over {ci.n_pairs} block "

@@ -16,8 +16,7 @@ from specwatch.records import CellKey, CellResult, RequestSample
 
 async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     wl = client.workload
-    assert key.concurrency is not None  # closed-loop shapes only, for now
-    cell_ns = f"{client.target.namespace}:c{key.concurrency}"
+    cell_ns = f"{client.target.namespace}:" + (f"c{key.concurrency}" if key.load == "closed" else key.id)
 
     def make(i: int) -> Awaitable[Prompt]:
         return build_prompt(key.prompt_class, wl.seed, i, cell_ns, key.prompt_tokens, client.tokenize)
@@ -27,15 +26,18 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     pool.reverse()
     results: list[tuple[RequestSample, Output]] = []
 
-    async def send(index: int, prompt: Prompt) -> None:
-        results.append(await client.stream(index, prompt, wl.max_tokens))
+    async def send(index: int, prompt: Prompt, scheduled: float | None = None) -> None:
+        sample, output = await client.stream(index, prompt, wl.max_tokens)
+        results.append((sample.model_copy(update={"scheduled_s": scheduled}), output))
 
+    shape = load_shape(wl, key)  # an open loop's schedule is drawn here, before the window opens
     before = await client.metrics()
     stop = asyncio.Event()
-    sampler = asyncio.create_task(max_running(client, stop, key.concurrency))
-    outcome = await load_shape(wl).run(LoadContext(key.concurrency, pool, make, send, client.metrics))
+    # Open loop has no concurrency to reach, so the gauge (which costs the server) is not polled.
+    sampler = asyncio.create_task(max_running(client, stop, key.concurrency)) if key.concurrency else None
+    outcome = await shape.run(LoadContext(key.concurrency or 0, pool, make, send, client.metrics))  # 0: open loop
     stop.set()
-    peak = await sampler
+    peak = await sampler if sampler else None
 
     samples = []
     for sample, output in sorted(results, key=lambda r: r[0].index):
@@ -44,10 +46,18 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
             continue
         # Repetition is measured on the server's own token ids; text is tokenized after the window closed.
         ids = output if isinstance(output, list) else (await client.token_ids(output) if output else [])
-        samples.append(sample.model_copy(update={"started_s": started, "repetition_ratio": repetition_ratio(ids)}))
+        scheduled = None if sample.scheduled_s is None else sample.scheduled_s - outcome.t0
+        samples.append(sample.model_copy(update={"started_s": started, "scheduled_s": scheduled,
+                                                 "repetition_ratio": repetition_ratio(ids)}))
+    rate_cell = key.load == "rate"
     cell = CellResult(
         load_mode=key.load,
         concurrency=key.concurrency,
+        request_rate=key.rate,
+        ramp_from_rate=key.ramp_from,
+        arrival=wl.arrival if rate_cell else None,
+        burstiness=wl.burstiness if rate_cell else None,
+        max_concurrency=wl.max_concurrency if rate_cell else None,
         prompt_class=key.prompt_class,
         prompt_tokens=key.prompt_tokens,
         max_tokens=wl.max_tokens,

@@ -32,7 +32,7 @@ def gate(cell: CellResult, gates: Gates) -> CellResult:
             f"{MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
             "them, so per-stream decode rate is not measurable"
         )
-    if cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
+    if cell.concurrency and cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
         reasons.append(
             f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed})"
         )

@@ -29,9 +29,14 @@ PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same pr
 
 
 def cell_keys(workload: WorkloadSpec) -> list[CellKey]:
-    """The cells a workload asks for, in the order they run."""
-    return [CellKey(concurrency=c, prompt_class=pc, prompt_tokens=workload.prompt_tokens)
-            for c in workload.concurrency for pc in workload.prompt_classes]
+    """The cells a workload asks for, in the order they run: closed-loop levels, then request rates
+    (a sweep: one cell per rate), then the ramp, each over every prompt class."""
+    levels: list[dict[str, object]] = [{"concurrency": c} for c in workload.concurrency]
+    levels += [{"load": "rate", "rate": r} for r in workload.request_rates]
+    if workload.ramp_up:
+        levels.append({"load": "rate", "rate": workload.ramp_up.end_rps, "ramp_from": workload.ramp_up.start_rps})
+    return [CellKey.model_validate({**level, "prompt_class": pc, "prompt_tokens": workload.prompt_tokens})
+            for level in levels for pc in workload.prompt_classes]
 
 
 async def warm_up(client: Client) -> None:
@@ -80,7 +85,10 @@ async def measure_cells(
 ) -> list[CellResult]:
     """Every cell of the workload, in order, in this process."""
     keys = cell_keys(workload)
-    async with Client(target, workload, sampling, streams=max(k.concurrency or 1 for k in keys)) as client:
+    # An open loop may have every request of its cell in flight at once: a connection cap would queue
+    # them inside the client, where the send-time lateness cannot see it.
+    streams = max(k.concurrency or workload.max_concurrency or workload.requests_per_cell for k in keys)
+    async with Client(target, workload, sampling, streams=streams) as client:
         cells = []
         for key in keys:
             cell = await run_cell(client, key, gates)

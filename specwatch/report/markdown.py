@@ -12,7 +12,7 @@ from pathlib import Path
 from specwatch.analysis.verdict import Assessment, assess
 from specwatch.records import RunResult
 from specwatch.report import plots
-from specwatch.report.rows import headline, verdict_rows
+from specwatch.report.rows import headline, metric_rows, verdict_rows
 from specwatch.spec import ExperimentSpec, stored_spec
 
 REPORT_FILE = "report.md"
@@ -52,6 +52,9 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
     lines += [
         f"- workload: prompt classes {', '.join(wl.prompt_classes)}; {wl.prompt_tokens} prompt tokens, "
         f"{wl.max_tokens} output tokens (ignore_eos); concurrency {wl.concurrency}; "
+        + (f"request rates {wl.request_rates} req/s; " if wl.request_rates else "")
+        + (f"ramp {wl.ramp_up.start_rps:g}-{wl.ramp_up.end_rps:g} req/s (linear); " if wl.ramp_up else "")
+        + (f"{wl.arrival} arrivals (burstiness {wl.burstiness:g}); " if wl.request_rates or wl.ramp_up else "")
         + (f"{wl.duration_s:g} s per cell" if wl.duration_s else f"{wl.requests_per_cell} requests per cell")
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
@@ -83,15 +86,23 @@ def _measurement(result: RunResult, spec: ExperimentSpec) -> list[str]:
 def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, figures: list[str]) -> list[str]:
     lines = [
         "## Result",
-        "| arm | k | c | class | blocks | decode tok/s | Δ vs baseline | CI % | TTFT s | mean acc. len | verdict |",
+        "| arm | k | load | class | blocks | decode tok/s | Δ vs baseline | CI % | TTFT s | mean acc. len | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in verdict_rows(result, spec, assessment):
         lines.append(
-            f"| {r.arm} | {r.k if r.k is not None else 'off'} | {r.concurrency} | {r.prompt_class} | {r.blocks} | "
+            f"| {r.arm} | {r.k if r.k is not None else 'off'} | {r.key.level} | {r.prompt_class} | {r.blocks} | "
             f"{_fmt(r.decode_tok_s, '.1f')} | {_fmt(r.delta_pct, '+.1f', '%')} | {r.ci_pct} | "
             f"{_fmt(r.ttft_s, '.3f')} | {_fmt(r.mean_acceptance_length)} | {r.verdict} |"
         )
+    if spec.verdict.metrics != ["decode_tok_s"]:
+        lines += ["", f"Per metric (`verdict.metrics`: {', '.join(spec.verdict.metrics)}; each judged with its "
+                  "direction, Δ and CI in % of the baseline):", "",
+                  "| arm | load | class | metric | better | baseline | candidate | Δ % [CI] | outcome |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {m.arm} | {m.key.level} | {m.key.prompt_class} | {m.metric} | {m.better} | "
+                  f"{_fmt(m.baseline, '.3f')} {m.unit} | {_fmt(m.value, '.3f')} {m.unit} | {m.ci_pct} | {m.outcome} |"
+                  for m in metric_rows(result, spec, assessment)]
     if assessment.curves:
         lines += ["", "Per-position acceptance (pooled over blocks and cells):", "",
                   "| arm | k | per position | last | decay (last/first) | tail |", "|---|---|---|---|---|---|"]
@@ -124,7 +135,7 @@ def _conclusion(result: RunResult, assessment: Assessment) -> list[str]:
     lines.append(f"- quality checks: {checked - len(failed)} of {checked} passed; greedy probes compared: "
                  f"{assessment.compared_probes}, diverging: {len(assessment.divergences)}")
     lines += [f"  - **{q.severity}** `{q.check}` {q.arm}"
-              + (f" c={q.concurrency} {q.prompt_class}" if q.concurrency is not None else "") + f": {q.detail}"
+              + (f" {q.cell}" if q.cell is not None else "") + f": {q.detail}"
               for q in failed]
     return lines
 
@@ -145,7 +156,7 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
             notes.append(f"- `{a.name}` block {a.block} {a.status}: {a.reason}")
         for c in a.cells:
             if c.rejected:
-                notes.append(f"- `{a.name}` block {a.block} c={c.concurrency} {c.prompt_class} rejected: "
+                notes.append(f"- `{a.name}` block {a.block} {c.key.label} rejected: "
                              f"{c.reject_reason}")
     for spec_arm in spec.arms:
         if spec_arm.speculative is None:

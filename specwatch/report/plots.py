@@ -58,7 +58,9 @@ def decode_plot(result: RunResult, arms: list[str], prompt_classes: Sequence[str
             per_conc: dict[int, list[float]] = {}
             for block in (a for a in result.arms if a.name == arm and a.status == "ok"):
                 for cell in block.cells:
-                    if cell.prompt_class == pclass and not cell.rejected and cell.decode_tok_s_median:
+                    # decode vs concurrency: closed-loop cells only (a rate cell has no concurrency)
+                    if (cell.prompt_class == pclass and cell.concurrency and not cell.rejected
+                            and cell.decode_tok_s_median):
                         per_conc.setdefault(cell.concurrency, []).append(cell.decode_tok_s_median)
             if not per_conc:
                 continue

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
+from specwatch.analysis.decision import CellVerdict
+from specwatch.analysis.metrics import METRICS
 from specwatch.analysis.verdict import Assessment, measured_keys
 from specwatch.records import CellKey, RunResult
 from specwatch.spec import ExperimentSpec
@@ -60,7 +62,7 @@ def _med(values: list[float | None]) -> float | None:
 
 def verdict_rows(result: RunResult, spec: ExperimentSpec, assessment: Assessment) -> list[VerdictRow]:
     band = spec.thresholds.noise_band
-    cis = {(c.arm, c.key): c for c in assessment.cells}
+    cis = {(c.arm, c.key): c for c in assessment.cells if c.metric == "decode_tok_s"}  # this table's metric
     invalid = {(q.arm, q.cell) for q in result.quality if q.severity == "invalid" and not q.passed}
     decode_of: dict[tuple[str, str], float | None] = {}
     rows = []
@@ -94,6 +96,38 @@ def verdict_rows(result: RunResult, spec: ExperimentSpec, assessment: Assessment
                 ttft_s=_med([c.ttft_s_median for c in kept]),
                 mean_acceptance_length=_med([c.window.mean_acceptance_length for c in kept]), verdict=verdict,
             ))
+    return rows
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One judged metric of one candidate cell (`verdict.metrics`), with its direction."""
+
+    arm: str
+    key: CellKey
+    metric: str
+    unit: str
+    better: str  # "higher" or "lower"
+    baseline: float | None  # median over blocks
+    value: float | None
+    ci_pct: str
+    outcome: str
+
+
+def metric_rows(result: RunResult, spec: ExperimentSpec, assessment: Assessment) -> list[MetricRow]:
+    def med(arm: str, cv: CellVerdict) -> float | None:
+        metric = METRICS[cv.metric]
+        return _med([metric.value(c) for a in result.arms if a.name == arm and a.status == "ok"
+                     for c in a.cells if c.key == cv.key and not c.rejected])
+
+    rows = []
+    for cv in assessment.cells:
+        ci = cv.ci
+        text = f"{ci.estimate * 100:+.1f} [{ci.low * 100:+.1f}, {ci.high * 100:+.1f}]" if ci is not None and \
+            math.isfinite(ci.high) else NO_INTERVAL if ci is not None else "-"
+        metric = METRICS[cv.metric]
+        rows.append(MetricRow(cv.arm, cv.key, cv.metric, metric.unit, "higher" if metric.higher_is_better else "lower",
+                              med(spec.baseline, cv), med(cv.arm, cv), text, cv.outcome))
     return rows
 
 

@@ -283,15 +283,16 @@ def sanity_records(frame: pd.DataFrame, failed: dict[str, set[int]], thresholds:
 
 
 def _cell_key(row: pd.Series) -> dict[str, Any]:
-    """A check row's cell. In-run checks carry the `cell` column; history rows name a series'
-    cell by its closed-loop fields."""
+    """A check row's cell: the `cell` column (in-run and history checks carry it); a row without one
+    names a closed-loop cell by its fields."""
     block = _num(row["block"])
     cell = row.get("cell")
+    concurrency = _num(row["concurrency"])  # NULL for a rate cell
     if not isinstance(cell, str):
         cell = CellKey(concurrency=int(row["concurrency"]), prompt_class=row["prompt_class"],
                        prompt_tokens=int(row["prompt_tokens"])).id
     return {"arm": row["arm"], "block": None if block is None else int(block), "cell": cell,
-            "concurrency": int(row["concurrency"]), "prompt_class": row["prompt_class"]}
+            "concurrency": None if concurrency is None else int(concurrency), "prompt_class": row["prompt_class"]}
 
 
 def _regression_detail(metric: str, position: float | None, value: float, baseline: float, delta: float,
@@ -351,9 +352,9 @@ def history_records(
     frame = query_df(con, load_sql("checks/history_deltas.sql"),
                      {"run_id": run_id, "policy": policy, "baseline_run": baseline_run or ""})
     points = query_df(con, load_sql("checks/history_points.sql"), {"run_id": run_id})
-    covered = set(zip(frame["arm"], frame["concurrency"], frame["prompt_class"], strict=True))
-    notes = [f"{r.arm} c={r.concurrency} {r.prompt_class}: no baseline in history ({policy}); first run of its series?"
-             for r in points.itertuples() if (r.arm, r.concurrency, r.prompt_class) not in covered]
+    covered = set(zip(frame["arm"], frame["cell"], strict=True))
+    notes = [f"{r.arm} {r.cell}: no baseline in history ({policy}); first run of its series?"
+             for r in points.itertuples() if (r.arm, r.cell) not in covered]
     if frame.empty:
         return [], notes
     failed = _validate(_gx_context(), "history", frame, _regression_expectations(), expectation_parameters(thresholds))

@@ -25,7 +25,7 @@ version_order AS (
     FROM series_points
 ),
 candidates AS (
-    SELECT t.arm, t.series_key, t.concurrency, t.prompt_class, t.prompt_tokens, t.started_at AS this_started,
+    SELECT t.arm, t.series_key, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, t.started_at AS this_started,
            c.run_id AS baseline_run, c.arm AS baseline_arm, c.started_at, c.vllm_version,
            CASE
                WHEN $policy = 'run' THEN 'run'
@@ -56,44 +56,44 @@ ranked AS (
 ),
 base AS (SELECT * FROM ranked WHERE rank = 1),
 metric AS (
-    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, b.baseline_run, b.kind,
+    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, b.baseline_run, b.kind,
            'history.decode_tok_s' AS check_name, 'decode_tok_s_median' AS metric, NULL::INTEGER AS position,
            t.decode_tok_s_median AS value, b.decode_tok_s_median AS baseline_value,
            t.decode_tok_s_median / b.decode_tok_s_median - 1 AS delta_pct
     FROM this t JOIN base b USING (arm, series_key)
     UNION ALL
-    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, b.baseline_run, b.kind,
+    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, b.baseline_run, b.kind,
            'history.ttft_s', 'ttft_s_median', NULL,
            t.ttft_s_median, b.ttft_s_median, b.ttft_s_median / t.ttft_s_median - 1
     FROM this t JOIN base b USING (arm, series_key)
     UNION ALL
-    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, b.baseline_run, b.kind,
+    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, b.baseline_run, b.kind,
            'history.acceptance_length', 'mean_acceptance_length', NULL,
            t.mean_acceptance_length, b.mean_acceptance_length,
            t.mean_acceptance_length / b.mean_acceptance_length - 1
     FROM this t JOIN base b USING (arm, series_key)
     UNION ALL
-    SELECT pos.arm, pos.concurrency, pos.prompt_class, pos.prompt_tokens, pos.baseline_run, pos.kind,
+    SELECT pos.arm, pos.concurrency, pos.prompt_class, pos.prompt_tokens, pos.cell, pos.baseline_run, pos.kind,
            'history.acceptance_position', 'acceptance_pos_' || pos.position, pos.position,
            pos.value, pos.baseline_value, pos.value / pos.baseline_value - 1
     FROM (
-        SELECT b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.baseline_run, b.kind, sc.position,
+        SELECT b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind, sc.position,
                median(sc.acceptance) FILTER (WHERE sc.run_id = $run_id) AS value,
                median(sc.acceptance) FILTER (WHERE sc.run_id = b.baseline_run) AS baseline_value
         FROM base b
         JOIN cells c
-          ON c.concurrency = b.concurrency AND c.prompt_class = b.prompt_class AND c.prompt_tokens = b.prompt_tokens
+          ON c.cell = b.cell
          AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
         JOIN spec_positions sc
           ON sc.run_id = c.run_id AND sc.arm = c.arm AND sc.block = c.block AND sc.cell = c.cell
         WHERE NOT c.rejected
-        GROUP BY b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.baseline_run, b.kind, sc.position
+        GROUP BY b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind, sc.position
     ) pos
 )
 SELECT
     (row_number() OVER (ORDER BY arm, concurrency, prompt_class, check_name, position NULLS FIRST) - 1)::BIGINT
         AS row_id,
-    arm, NULL::INTEGER AS block, concurrency, prompt_class, prompt_tokens, check_name, metric, position,
+    arm, NULL::INTEGER AS block, concurrency, prompt_class, prompt_tokens, cell, check_name, metric, position,
     value, baseline_value, delta_pct, baseline_run, kind
 FROM metric
 WHERE value > 0 AND baseline_value > 0

@@ -1,1 +1,1 @@
-SELECT DISTINCT arm, concurrency, prompt_class, prompt_tokens FROM series_points WHERE run_id = $run_id;
+SELECT DISTINCT arm, cell, concurrency, prompt_class, prompt_tokens FROM series_points WHERE run_id = $run_id;

@@ -14,4 +14,5 @@ WHERE axis = 'k' AND side_a = CAST(CAST($k_a AS INTEGER) AS VARCHAR) AND side_b 
   AND ($image IS NULL OR vllm_version = $image)
   AND ($method IS NULL OR method = $method)
   AND ($model IS NULL OR model = $model)
-ORDER BY model, method, vllm_version, concurrency, prompt_class, prompt_tokens, max_tokens, host_class;
+ORDER BY model, method, vllm_version, load_mode, concurrency, request_rate, ramp_from_rate, arrival,
+         burstiness, prompt_class, prompt_tokens, max_tokens, host_class;

@@ -1,15 +1,19 @@
 -- name: series
--- params: method=NULL, k=NULL, model=NULL
+-- params: method=NULL, k=NULL, model=NULL, load_level=NULL
 -- Every series in the history: one row per model + checkpoint, method, k, workload
--- (prompt class, prompt/max tokens, concurrency, sampling) and host class, with how many
+-- (prompt class, prompt/max tokens, load: a concurrency, or a request rate with its arrival law
+-- and burstiness, load_level c4 / r2.5 / r1to8 as in the cell id; sampling) and host class, with how many
 -- runs it has, when it first and last ran, and its latest vLLM version, decode tok/s and
 -- mean acceptance length. Use a series_key (or a prefix) with acceptance-trend --param
--- series=... Optional filters (default: all): method, k, model.
+-- series=... Optional filters (default: all): method, k, model, load_level (e.g. c4 or r2.5).
 SELECT
     model,
     method,
     k,
     concurrency,
+    load_level,
+    arrival,
+    burstiness,
     prompt_class,
     prompt_tokens,
     max_tokens,
@@ -26,4 +30,5 @@ FROM series
 WHERE ($method IS NULL OR method = $method)
   AND ($k IS NULL OR k = CAST($k AS INTEGER))
   AND ($model IS NULL OR model = $model)
-ORDER BY model, method, k, concurrency, prompt_class, prompt_tokens, max_tokens, host_class, series_key;
+  AND ($load_level IS NULL OR load_level = $load_level)
+ORDER BY model, method, k, load_mode, concurrency, request_rate, ramp_from_rate, arrival, burstiness, prompt_class, prompt_tokens, max_tokens, host_class, series_key;

@@ -1,0 +1,40 @@
+"""The metrics a verdict can judge (`verdict.metrics`), by name: which CellResult figure each
+reads, which direction is better, and its unit.
+
+Each metric's replicate is the cell's figure in one launch (block), compared over paired blocks
+like decode tok/s always was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specwatch.records import CellResult
+
+
+@dataclass(frozen=True)
+class Metric:
+    attribute: str  # a CellResult field or computed field
+    higher_is_better: bool
+    unit: str
+    label: str
+
+    def value(self, cell: CellResult) -> float | None:
+        value = getattr(cell, self.attribute)
+        return None if value is None else float(value)
+
+
+METRICS: dict[str, Metric] = {
+    "decode_tok_s": Metric("decode_tok_s_median", True, "tok/s", "decode tok/s (median stream)"),
+    "aggregate_tok_s": Metric("aggregate_tok_s", True, "tok/s", "aggregate tok/s (all streams / wall)"),
+    "ttft": Metric("ttft_s_median", False, "s", "TTFT (median)"),
+    "tpot": Metric("tpot_ms_median", False, "ms", "TPOT (median)"),
+}
+
+
+def unknown_metrics(names: list[str]) -> str | None:
+    """None when every name is registered; else the one-line problem, listing the known names."""
+    bad = [n for n in names if n not in METRICS]
+    if not bad:
+        return None
+    return f"unknown metric(s) {', '.join(map(repr, bad))}; known metrics: {', '.join(METRICS)}"
