@@ -242,7 +242,7 @@ def bench(
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)
-    total = len(workload.concurrency) * len(workload.prompt_classes)
+    total = len(workload.concurrency) * len(workload.classes)
     gates = Gates(max_prefix_cache_hit_rate, workload.repetition_flag_ratio)
     with Progress(console=err, transient=True) as progress:
         bar = progress.add_task("cells", total=total)

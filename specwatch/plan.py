@@ -37,11 +37,11 @@ class Plan:
 def plan(spec: ExperimentSpec) -> Plan:
     wl, design = spec.workload, spec.design
     blocks = design.max_blocks if design.adaptive and design.max_blocks else design.blocks
-    cells = len(wl.concurrency) * len(wl.prompt_classes)
+    cells = len(wl.concurrency) * len(wl.classes)
     if wl.duration_s:
         per_block = cells * wl.duration_s
     else:
-        per_block = len(wl.prompt_classes) * sum(
+        per_block = len(wl.classes) * sum(
             wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
     per_block += (wl.warmup_requests * wl.max_tokens + design.probes * design.probe_tokens) / DECODE_ESTIMATE_TOK_S
     rows, total, launches = [], 0.0, 0

@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import Awaitable
 
 from specwatch.bench.client import Client, Output
+from specwatch.bench.corpus import sources
 from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import Prompt, build_prompt, repetition_ratio
+from specwatch.bench.prompts import Prompt, PromptRequest, repetition_ratio
 from specwatch.records import CellKey, CellResult, RequestSample
 
 
@@ -18,9 +19,10 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     wl = client.workload
     assert key.concurrency is not None  # closed-loop shapes only, for now
     cell_ns = f"{client.target.namespace}:c{key.concurrency}"
+    source = next(s for s in sources(wl) if s.name == key.prompt_class)
 
     def make(i: int) -> Awaitable[Prompt]:
-        return build_prompt(key.prompt_class, wl.seed, i, cell_ns, key.prompt_tokens, client.tokenize)
+        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce), client.count)
 
     # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
     pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))
@@ -28,7 +30,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     results: list[tuple[RequestSample, Output]] = []
 
     async def send(index: int, prompt: Prompt) -> None:
-        results.append(await client.stream(index, prompt, wl.max_tokens))
+        results.append(await client.stream(index, prompt, prompt.max_tokens or wl.max_tokens))
 
     before = await client.metrics()
     stop = asyncio.Event()
@@ -55,5 +57,6 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         window=window(before, outcome.after),
         max_running_observed=peak,
         requests=samples,
+        prefix_cache_gate=wl.nonce and not source.reuses_prefixes,
     )
     return gate(cell, gates)

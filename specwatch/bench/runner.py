@@ -18,7 +18,8 @@ from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
-from specwatch.bench.prompts import build_prompt
+from specwatch.bench.corpus import sources
+from specwatch.bench.prompts import PromptRequest
 from specwatch.records import CellKey, CellResult
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -30,17 +31,18 @@ PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same pr
 
 def cell_keys(workload: WorkloadSpec) -> list[CellKey]:
     """The cells a workload asks for, in the order they run."""
-    return [CellKey(concurrency=c, prompt_class=pc, prompt_tokens=workload.prompt_tokens)
-            for c in workload.concurrency for pc in workload.prompt_classes]
+    return [CellKey(concurrency=c, prompt_class=s.name, prompt_tokens=workload.prompt_tokens if s.calibrated else 0)
+            for c in workload.concurrency for s in sources(workload)]
 
 
 async def warm_up(client: Client) -> None:
     """Discarded requests after every (re)start: the first ones hit JIT/autotune (DOMAIN rule 5)."""
     wl = client.workload
+    srcs = sources(wl)
     for i in range(wl.warmup_requests):
-        prompt = await build_prompt(wl.prompt_classes[i % len(wl.prompt_classes)], wl.seed, -1 - i,
-                                    f"{client.target.namespace}:warmup", wl.prompt_tokens, client.tokenize)
-        sample, _ = await client.stream(i, prompt, wl.max_tokens)
+        req = PromptRequest(wl.seed, -1 - i, f"{client.target.namespace}:warmup", wl.prompt_tokens, wl.nonce)
+        prompt = await srcs[i % len(srcs)].prompt(req, client.count)
+        sample, _ = await client.stream(i, prompt, prompt.max_tokens or wl.max_tokens)
         if sample.status != "ok":
             raise BenchError(f"warm-up request failed: {sample.error}")
 
@@ -63,10 +65,11 @@ async def probe(target: BenchTarget, workload: WorkloadSpec, count: int, max_tok
     """
     greedy = SamplingSpec(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
     outputs = []
+    srcs = sources(workload)
     async with Client(target, workload, greedy) as client:
         for i in range(count):
-            prompt_class = workload.prompt_classes[i % len(workload.prompt_classes)]
-            prompt = await build_prompt(prompt_class, 0, i, PROBE_NAMESPACE, workload.prompt_tokens, client.tokenize)
+            req = PromptRequest(0, i, PROBE_NAMESPACE, workload.prompt_tokens)
+            prompt = await srcs[i % len(srcs)].prompt(req, client.count)
             sample, output = await client.stream(i, prompt, max_tokens)
             if sample.status != "ok":
                 raise BenchError(f"probe {i} failed: {sample.error}")
