@@ -1,0 +1,226 @@
+"""Workloads: the chat protocol, prompt sources (shipped classes, multi-turn, a JSONL corpus), per-request
+output lengths and the prefix-cache gate, against specwatch_testing.fake_vllm."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from specwatch.bench.client import BenchError, BenchTarget
+from specwatch.bench.corpus import Corpus, read_corpus
+from specwatch.bench.gates import Gates, gate
+from specwatch.bench.prompts import SOURCES, Conversation, MultiTurn, PromptRequest, SingleTurn, user
+from specwatch.bench.protocols import protocol_for
+from specwatch.bench.runner import InProcess, cell_keys, prepare
+from specwatch.records import CellResult, RequestSample, SpecWindow
+from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec, load_spec
+from specwatch_testing.fake_vllm import chat_template
+from specwatch_testing.fake_vllm import tokenize as fake_tokenize
+from specwatch_testing.server import run_fake_vllm
+from tests.test_bench import MODEL, fake
+from tests.test_spec import base_doc, write
+
+
+def workload(**kw: object) -> WorkloadSpec:
+    base = dict(protocol="chat", prompt_classes=["qa"], prompt_tokens=60, max_tokens=24, concurrency=[1],
+                requests_per_cell=4, warmup_requests=1, read_timeout_s=30.0)
+    return WorkloadSpec(**{**base, **kw})
+
+
+def bench(url: str, wl: WorkloadSpec, namespace: str = "w1") -> list[CellResult]:
+    target = BenchTarget(url, MODEL, namespace)
+    asyncio.run(prepare(target, wl, SamplingSpec()))
+    return InProcess().measure(target, wl, SamplingSpec(), Gates(0.01, wl.repetition_flag_ratio))
+
+
+async def chat_count(messages: Conversation) -> int:
+    """What fake_vllm's /tokenize answers for these messages (its template, its tokenizer)."""
+    return len(fake_tokenize(chat_template(list(messages)), 32000))
+
+
+def build(source: object, index: int, target: int = 60, fronted: bool = True):  # type: ignore[no-untyped-def]
+    return asyncio.run(source.prompt(PromptRequest(0, index, "ns", target, fronted), chat_count))  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- chat protocol
+
+
+def test_chat_body_sends_messages_with_pinned_sampling_and_the_nonce_first() -> None:
+    prompt = build(SOURCES["qa"], 3)
+    body = protocol_for("chat").body(MODEL, prompt, 24, SamplingSpec())
+    assert protocol_for("chat").path == "/v1/chat/completions"
+    (message,) = body["messages"]
+    assert message["role"] == "user" and message["content"].startswith(f"unique request {prompt.nonce} ")
+    assert (body["max_tokens"], body["min_tokens"], body["ignore_eos"]) == (24, 24, True)
+    assert body["stream_options"] == {"include_usage": True} and body["return_token_ids"] is True
+    # calibrated through the template: the rendered messages, not the bare text, hit the target
+    assert 59 <= prompt.tokens <= 60 and prompt.tokens == asyncio.run(chat_count(prompt.messages))
+    tok = protocol_for("chat").tokenize_body(MODEL, prompt.messages)
+    assert tok == {"model": MODEL, "messages": list(prompt.messages), "add_generation_prompt": True}
+    assert protocol_for("completions").tokenize_body(MODEL, prompt.messages)["prompt"] == message["content"]
+
+
+def test_chat_delta_reads_content_and_token_ids() -> None:
+    chat = protocol_for("chat")
+    assert chat.delta({"delta": {"role": "assistant", "content": ""}}) == ("", [])
+    assert chat.delta({"delta": {"content": " so"}, "token_ids": [7, 9]}) == (" so", [7, 9])
+
+
+def test_chat_cell_is_calibrated_through_the_servers_template() -> None:
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload())
+        truth = httpx.get(f"{url}/truth").json()["records"][-4:]
+    assert not cell.rejected, cell.reject_reason
+    assert cell.completion_tokens == 4 * 24 and cell.window.prefix_cache_hit_rate == 0.0
+    assert all(59 <= r.prompt_tokens <= 60 for r in cell.requests)
+    # what the server prefilled (template included) is what the client calibrated
+    assert sorted(t["prompt_tokens"] for t in truth) == sorted(r.prompt_tokens for r in cell.requests)
+    assert cell.prefix_cache_gate
+
+
+def test_chat_to_a_model_without_a_template_is_one_line_before_any_request() -> None:
+    with run_fake_vllm(fake("--no-chat-template")) as url:
+        with pytest.raises(BenchError) as info:
+            bench(url, workload())
+        assert httpx.get(f"{url}/truth").json()["records"] == []  # not even warm-up ran
+    msg = str(info.value)
+    assert "\n" not in msg and msg.startswith("workload.protocol 'chat': model 'demo' has no chat template")
+    assert "chat_template in tokenizer_config.json" in msg and "protocol: completions" in msg
+    with run_fake_vllm(fake("--no-chat-template")) as url:  # completions still works on such a model
+        (cell,) = bench(url, workload(protocol="completions"))
+    assert not cell.rejected, cell.reject_reason
+
+
+# --------------------------------------------------------------------------- multi-turn
+
+
+def test_multi_turn_prompts_extend_the_previous_turn_and_share_its_nonce() -> None:
+    mt = SOURCES["multiturn"]
+    assert isinstance(mt, MultiTurn) and mt.reuses_prefixes
+    turns = [build(mt, i, target=160) for i in range(mt.turns)]
+    for before, after in zip(turns, turns[1:], strict=False):
+        assert after.messages[: len(before.messages)] == before.messages
+        assert after.messages[len(before.messages)]["role"] == "assistant"
+        assert after.messages[-1]["role"] == "user" and after.tokens > before.tokens
+        assert after.nonce == before.nonce
+    assert turns[0].messages[0]["content"].startswith(f"unique request {turns[0].nonce} ")
+    assert 159 <= turns[-1].tokens <= 160  # the last turn has the cell's prompt length
+    assert build(mt, mt.turns).nonce != turns[0].nonce  # the next conversation is not cached
+    assert build(mt, 1, target=160).messages == turns[1].messages  # rebuilt alone, in any order: the same
+
+
+def test_multi_turn_cell_reports_its_hit_rate_instead_of_gating_it() -> None:
+    with run_fake_vllm(fake()) as url:
+        cells = bench(url, workload(prompt_classes=["multiturn", "qa"], prompt_tokens=160, requests_per_cell=8))
+    multi, single = cells
+    assert multi.prompt_class == "multiturn" and not multi.prefix_cache_gate
+    assert multi.window.prefix_cache_hit_rate > 0.2 and not multi.rejected, multi.reject_reason
+    assert single.prefix_cache_gate and single.window.prefix_cache_hit_rate == 0.0 and not single.rejected
+
+
+def test_the_gate_skips_the_hit_rate_only_where_prefixes_are_shared_on_purpose() -> None:
+    cell = CellResult(concurrency=1, prompt_class="multiturn", prompt_tokens=10, max_tokens=8, wall_s=1.0,
+                      window=SpecWindow(prefix_cache_hits=60.0, prefix_cache_queries=100.0),
+                      requests=[RequestSample(index=0, prompt_tokens=10, status="ok", completion_tokens=8)])
+    assert gate(cell, Gates()).rejected
+    assert not gate(cell.model_copy(update={"prefix_cache_gate": False}), Gates()).rejected
+
+
+def test_shipped_classes_each_give_varied_calibrated_prompts() -> None:
+    for name in ("translation", "summarization", "qa", "math", "rag", "code"):
+        source = SOURCES[name]
+        assert isinstance(source, SingleTurn)
+        prompts = [build(source, i) for i in range(6)]
+        assert all(55 <= p.tokens <= 60 for p in prompts)
+        bodies = {p.messages[0]["content"].split(" ", 3)[3] for p in prompts}  # behind the nonce
+        assert len(bodies) >= 3, name  # seeded windows start on different lines
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def corpus_file(tmp_path: Path, lines: list[object]) -> Path:
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ({"text": "hi"}, "has neither prompt nor messages"),
+    ({"prompt": "a", "messages": []}, "has both prompt and messages"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0] is not"),
+    ({"prompt": "a", "output_tokens": 0}, "output_tokens 0 is not a whole number >= 1"),
+    ("{not json", "not JSON"),
+])
+def test_a_bad_corpus_line_is_one_line_at_spec_time(tmp_path: Path, line: object, problem: str) -> None:
+    path = corpus_file(tmp_path, [{"prompt": "fine"}, "", line])
+    doc = base_doc()
+    doc["workload"] = {"corpus": path.name}  # relative to the experiment file
+    with pytest.raises(SpecError) as info:
+        load_spec(write(tmp_path, doc))
+    (msg,) = info.value.problems
+    assert msg.startswith(f"workload.corpus: {path} line 3: {problem}") and "fix: write each line as" in msg
+
+
+def test_corpus_path_resolves_against_the_experiment_file(tmp_path: Path) -> None:
+    path = corpus_file(tmp_path, [{"prompt": "one"}, {"messages": [{"role": "user", "content": "two"}]}])
+    doc = base_doc()
+    doc["workload"] = {"corpus": path.name, "protocol": "chat"}
+    spec = load_spec(write(tmp_path, doc))
+    assert spec.workload.corpus == path and spec.workload.classes == ["corpus:mine"]
+    assert [k.id for k in cell_keys(spec.workload)] == ["closed/c1/corpus:mine/p0", "closed/c4/corpus:mine/p0"]
+    missing = base_doc()
+    missing["workload"] = {"corpus": "nope.jsonl"}
+    with pytest.raises(SpecError, match="workload.corpus: .*nope.jsonl' cannot be read"):
+        load_spec(write(tmp_path, missing))
+
+
+def test_corpus_lines_are_nonce_fronted_at_the_first_message(tmp_path: Path) -> None:
+    path = corpus_file(tmp_path, [{"messages": [{"role": "system", "content": "be brief"},
+                                                {"role": "user", "content": "why?"}], "output_tokens": 5}])
+    corpus = Corpus(path)
+    first, again = build(corpus, 0), build(corpus, 1)
+    assert first.messages[0] == {"role": "system", "content": f"unique request {first.nonce} be brief"}
+    assert first.messages[1] == {"role": "user", "content": "why?"} and first.max_tokens == 5
+    assert again.nonce != first.nonce  # request 1 wraps to line 0 behind a fresh nonce
+    plain = build(corpus, 0, fronted=False)
+    assert plain.nonce is None and plain.messages == read_corpus(path)[0].messages
+
+
+def test_per_request_output_lengths_come_from_the_corpus(tmp_path: Path) -> None:
+    path = corpus_file(tmp_path, [{"prompt": "alpha beta", "output_tokens": 8}, {"prompt": "gamma", "output_tokens": 30},
+                                  {"messages": [{"role": "user", "content": "delta"}]}])
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload(corpus=path, requests_per_cell=3, warmup_requests=0))
+        truth = httpx.get(f"{url}/truth").json()["records"]
+    assert not cell.rejected, cell.reject_reason
+    assert [(r.max_tokens, r.completion_tokens) for r in cell.requests] == [(8, 8), (30, 30), (None, 24)]
+    assert sorted(t["max_tokens"] for t in truth) == [8, 24, 30]
+    assert cell.prompt_class == "corpus:mine" and cell.prompt_tokens == 0 and cell.prefix_cache_gate
+
+
+def test_nonce_off_replays_the_corpus_and_reports_instead_of_gating(tmp_path: Path) -> None:
+    path = corpus_file(tmp_path, [{"prompt": " ".join(f"word{i}" for i in range(80))}])
+    with run_fake_vllm(fake()) as url:
+        (cell,) = bench(url, workload(protocol="completions", corpus=path, nonce=False, requests_per_cell=4,
+                                      warmup_requests=0))
+    assert not cell.prefix_cache_gate and cell.window.prefix_cache_hit_rate > 0.5
+    assert not cell.rejected, cell.reject_reason
+
+
+def test_unknown_prompt_class_lists_the_shipped_ones(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["workload"] = {"prompt_classes": ["poetry"]}
+    (msg,) = pytest.raises(SpecError, load_spec, write(tmp_path, doc)).value.problems
+    assert "prompt class 'poetry' is not one of" in msg and "multiturn" in msg and "translation" in msg
+
+
+def test_example_yaml_still_loads_with_the_new_fields() -> None:
+    spec = load_spec(Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml")
+    assert spec.workload.nonce and spec.workload.corpus is None
+    assert yaml.safe_dump(spec.model_dump(mode="json"))  # round-trips as plain data
