@@ -14,7 +14,7 @@ import yaml
 from specwatch.bench.client import BenchError, BenchTarget
 from specwatch.bench.corpus import Corpus, read_corpus
 from specwatch.bench.gates import Gates, gate
-from specwatch.bench.prompts import SOURCES, Conversation, MultiTurn, PromptRequest, SingleTurn, user
+from specwatch.bench.prompts import SOURCES, Conversation, MultiTurn, Prompt, PromptRequest, PromptSource, SingleTurn
 from specwatch.bench.protocols import protocol_for
 from specwatch.bench.runner import InProcess, cell_keys, prepare
 from specwatch.records import CellResult, RequestSample, SpecWindow
@@ -43,8 +43,8 @@ async def chat_count(messages: Conversation) -> int:
     return len(fake_tokenize(chat_template(list(messages)), 32000))
 
 
-def build(source: object, index: int, target: int = 60, fronted: bool = True):  # type: ignore[no-untyped-def]
-    return asyncio.run(source.prompt(PromptRequest(0, index, "ns", target, fronted), chat_count))  # type: ignore[attr-defined]
+def build(source: PromptSource, index: int, target: int = 60, fronted: bool = True, streams: int = 1) -> Prompt:
+    return asyncio.run(source.prompt(PromptRequest(0, index, "ns", target, fronted, streams), chat_count))
 
 
 # --------------------------------------------------------------------------- chat protocol
@@ -104,19 +104,27 @@ def test_multi_turn_prompts_extend_the_previous_turn_and_share_its_nonce() -> No
     assert isinstance(mt, MultiTurn) and mt.reuses_prefixes
     turns = [build(mt, i, target=160) for i in range(mt.turns)]
     for before, after in zip(turns, turns[1:], strict=False):
-        assert after.messages[: len(before.messages)] == before.messages
-        assert after.messages[len(before.messages)]["role"] == "assistant"
-        assert after.messages[-1]["role"] == "user" and after.tokens > before.tokens
+        # the earlier turn, continued: whole messages kept, the one it was cut in carried on
+        *whole, cut = before.messages
+        assert after.messages[: len(whole)] == tuple(whole) and len(after.messages) > len(before.messages)
+        assert after.messages[len(whole)]["content"].startswith(cut["content"])
+        assert after.text.startswith(before.text) and after.tokens > before.tokens
         assert after.nonce == before.nonce
+    assert [m["role"] for m in turns[-1].messages[:4]] == ["user", "assistant", "user", "assistant"]
     assert turns[0].messages[0]["content"].startswith(f"unique request {turns[0].nonce} ")
-    assert 159 <= turns[-1].tokens <= 160  # the last turn has the cell's prompt length
+    assert 155 <= turns[-1].tokens <= 160  # the last turn has the cell's prompt length
     assert build(mt, mt.turns).nonce != turns[0].nonce  # the next conversation is not cached
     assert build(mt, 1, target=160).messages == turns[1].messages  # rebuilt alone, in any order: the same
+    # side by side, a wave holds one turn of several conversations; the next wave, their next turns
+    wave0, wave1 = [build(mt, i, target=160, streams=2) for i in (0, 1)], [build(mt, i, 160, streams=2) for i in (2, 3)]
+    assert wave0[0].messages == turns[0].messages and wave0[1].nonce != wave0[0].nonce
+    assert all(w1.text.startswith(w0.text) for w0, w1 in zip(wave0, wave1, strict=True))
 
 
 def test_multi_turn_cell_reports_its_hit_rate_instead_of_gating_it() -> None:
     with run_fake_vllm(fake()) as url:
-        cells = bench(url, workload(prompt_classes=["multiturn", "qa"], prompt_tokens=160, requests_per_cell=8))
+        cells = bench(url, workload(prompt_classes=["multiturn", "qa"], prompt_tokens=160, concurrency=[2],
+                                    requests_per_cell=8))
     multi, single = cells
     assert multi.prompt_class == "multiturn" and not multi.prefix_cache_gate
     assert multi.window.prefix_cache_hit_rate > 0.2 and not multi.rejected, multi.reject_reason

@@ -22,7 +22,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     source = next(s for s in sources(wl) if s.name == key.prompt_class)
 
     def make(i: int) -> Awaitable[Prompt]:
-        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce), client.count)
+        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce, key.concurrency), client.count)
 
     # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
     pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))

@@ -51,6 +51,7 @@ class PromptRequest:
     namespace: str
     target_tokens: int
     fronted: bool = True  # a nonce at the front of the first message
+    streams: int = 1  # the cell's concurrency: requests sent side by side
 
 
 class PromptSource(Protocol):
@@ -129,13 +130,16 @@ class SingleTurn:
 
 @dataclass(frozen=True)
 class MultiTurn:
-    """Conversations of `turns` requests: turn t+1's prompt is turn t's plus a reply and a new question.
+    """Conversations of `turns` requests: each turn's prompt is the previous turn's, continued.
 
-    The class text alternates lines: a user line, then the assistant's reply. Requests
-    index, index+1, ... of one conversation share its nonce, so each turn's prompt is a prefix
-    of the next one's and the prefix cache hits on purpose (as it does for real chat traffic);
-    nonces still differ between conversations. Turn t is calibrated to
-    (t+1)/turns of the target, so the last turn has the cell's prompt length.
+    The class text alternates lines, a user line and then the assistant's reply; a
+    conversation is a seeded run of them (starting on a user line), and turn t sends its first
+    (t+1)/turns of the target in tokens, cut at a character and split into messages at line
+    ends. So each turn's prompt is a prefix of the next one's (the text exactly; the rendered
+    chat up to the cut) and the prefix cache hits on purpose, as it does for real chat traffic.
+    The turns of one conversation share its nonce; conversations do not. Requests go out in
+    index order, `streams` side by side: one wave holds turn t of `streams` conversations and
+    the next wave their turn t+1, so a turn is sent after its predecessor was served.
     """
 
     name: str
@@ -143,34 +147,35 @@ class MultiTurn:
     reuses_prefixes = True
     calibrated = True
 
-    def _lines(self, seed: int, conversation: int) -> list[str]:
+    def _lines(self, seed: int, conversation: int, min_chars: int) -> list[str]:
         lines = class_text(self.name).splitlines()
         pairs = len(lines) // 2
         start = 2 * random.Random(f"{seed}:{self.name}:{conversation}").randrange(pairs)
-        return [lines[(start + j) % (2 * pairs)] for j in range(2 * self.turns)]
+        out: list[str] = []
+        while sum(map(len, out)) < min_chars:
+            out.append(lines[(start + len(out)) % (2 * pairs)])
+        return out
 
     async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
-        conversation, turn = divmod(req.index, self.turns)
+        wave, lane = divmod(req.index, req.streams)
+        group, turn = divmod(wave, self.turns)
+        conversation = group * req.streams + lane
         tag = nonce(req.namespace, self.name, "conversation", conversation)
-        lines = self._lines(req.seed, conversation)
         head = front(tag) if req.fronted else ""
-        history: Conversation = ()
-        tokens = 0
-        # Earlier turns are rebuilt here (each prompt is built on its own, in any order): the same
-        # calibrations give the same history, so this turn extends exactly what turn t-1 sent.
-        for t in range(turn + 1):
-            reply = lines[2 * t - 1] if t else ""
-            question = lines[2 * t]
-            target = max(1, req.target_tokens * (t + 1) // self.turns)
+        lines = self._lines(req.seed, conversation, req.target_tokens * 12)
 
-            def build(n: int, prior: Conversation = history, reply: str = reply, question: str = question,
-                      lead: str = "" if t else head) -> Conversation:
-                # The reply fills first, then the new question: both grow with n.
-                said = ({"role": "assistant", "content": reply[:n]},) if reply else ()
-                return (*prior, *said, {"role": "user", "content": lead + question[:max(0, n - len(reply))]})
+        def build(n: int) -> Conversation:
+            out, left = [], n
+            for j, line in enumerate(lines):
+                if j and left <= 0:
+                    break
+                out.append({"role": ("user", "assistant")[j % 2], "content": (head if j == 0 else "") + line[:left]})
+                left -= len(line)
+            return tuple(out)
 
-            history, tokens = await calibrated(build, len(reply) + len(question), target, count)
-        return Prompt(history, tokens, tag if req.fronted else None)
+        target = max(1, req.target_tokens * (turn + 1) // self.turns)
+        messages, tokens = await calibrated(build, sum(map(len, lines)), target, count)
+        return Prompt(messages, tokens, tag if req.fronted else None)
 
 
 SOURCES: dict[str, PromptSource] = {}
