@@ -181,7 +181,8 @@ _BENCH_OPTIONS = {
     "prompt_classes": "--prompt-class", "prompt_tokens": "--prompt-tokens", "max_tokens": "--max-tokens",
     "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
     "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
-    "temperature": "--temperature", "seed": "--seed",
+    "temperature": "--temperature", "seed": "--seed", "protocol": "--protocol", "corpus": "--corpus",
+    "nonce": "--nonce",
 }
 
 
@@ -205,7 +206,14 @@ def bench(
     endpoint: Annotated[str, typer.Option(help="base URL of a running OpenAI-compatible server with /metrics")],
     model: Annotated[str, typer.Option(help="served model name")],
     concurrency: Annotated[str, typer.Option(help="comma-separated levels")] = "1,4,8,16",
-    prompt_class: Annotated[str, typer.Option(help="comma-separated: code, json, prose")] = "code,json,prose",
+    prompt_class: Annotated[str, typer.Option(help="comma-separated shipped classes: code, json, prose, qa, math, "
+                                              "rag, translation, summarization, multiturn")] = "code,json,prose",
+    protocol: Annotated[str, typer.Option(help="completions (/v1/completions) or chat (/v1/chat/completions, "
+                                          "the model's chat template)")] = "completions",
+    corpus: Annotated[Path | None, typer.Option(help="JSONL prompts (prompt or messages, optional output_tokens) "
+                                                "instead of --prompt-class")] = None,
+    nonce: Annotated[bool, typer.Option(help="a unique nonce at the front of every prompt; --no-nonce for a "
+                                        "prefix-cache study (the prefix-cache gate is then off)")] = True,
     prompt_tokens: Annotated[int, typer.Option(help="prompt length, calibrated with /tokenize")] = 256,
     max_tokens: Annotated[int, typer.Option(help="output length (min_tokens == max_tokens, ignore_eos)")] = 128,
     requests: Annotated[int, typer.Option(help="requests per cell (the prompt pool in --duration mode)")] = 16,
@@ -238,7 +246,8 @@ def bench(
     workload, sampling = _bench_inputs(
         concurrency=levels, prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
-        connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,
+        connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature, protocol=protocol,
+        corpus=corpus, nonce=nonce,
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)

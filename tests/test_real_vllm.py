@@ -140,7 +140,8 @@ def test_chat_cells_through_the_models_template(vllm_image: ImageRef, demo_model
         assert cell.window.mean_acceptance_length is not None and cell.window.mean_acceptance_length > 1.0
         print(f"real chat {cell.key.label}: decode p50 {cell.decode_tok_s_median:.1f} tok/s, "
               f"TTFT p50 {cell.ttft_s_median * 1e3:.0f} ms, mean acceptance length "
-              f"{cell.window.mean_acceptance_length:.2f}, prefix-cache hit rate {cell.window.prefix_cache_hit_rate:.1%}, "
+              f"{cell.window.mean_acceptance_length:.2f}, "
+              f"prefix-cache hit rate {cell.window.prefix_cache_hit_rate:.1%}, "
               f"prompt tokens {sorted(r.prompt_tokens for r in cell.requests)}, "
               f"{'REJECTED: ' + str(cell.reject_reason) if cell.rejected else 'accepted'}")
     assert single.prefix_cache_gate and single.window.prefix_cache_hit_rate == 0.0 and not single.rejected

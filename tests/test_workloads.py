@@ -201,7 +201,8 @@ def test_corpus_lines_are_nonce_fronted_at_the_first_message(tmp_path: Path) -> 
 
 
 def test_per_request_output_lengths_come_from_the_corpus(tmp_path: Path) -> None:
-    path = corpus_file(tmp_path, [{"prompt": "alpha beta", "output_tokens": 8}, {"prompt": "gamma", "output_tokens": 30},
+    path = corpus_file(tmp_path, [{"prompt": "alpha beta", "output_tokens": 8},
+                                  {"prompt": "gamma", "output_tokens": 30},
                                   {"messages": [{"role": "user", "content": "delta"}]}])
     with run_fake_vllm(fake()) as url:
         (cell,) = bench(url, workload(corpus=path, requests_per_cell=3, warmup_requests=0))
@@ -232,3 +233,29 @@ def test_example_yaml_still_loads_with_the_new_fields() -> None:
     spec = load_spec(Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml")
     assert spec.workload.nonce and spec.workload.corpus is None
     assert yaml.safe_dump(spec.model_dump(mode="json"))  # round-trips as plain data
+
+
+# --------------------------------------------------------------------------- specwatch bench
+
+
+def test_bench_cli_runs_chat_and_a_corpus_and_refuses_in_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    runner = CliRunner()
+    args = ["bench", "--model", MODEL, "--concurrency", "1", "--prompt-tokens", "40", "--max-tokens", "16",
+            "--requests", "2", "--warmup", "1", "--protocol", "chat"]
+    out = tmp_path / "b.json"
+    path = corpus_file(tmp_path, [{"prompt": "hello there", "output_tokens": 12}])
+    with run_fake_vllm(fake()) as url:
+        res = runner.invoke(app, [*args, "--endpoint", url, "--corpus", str(path), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["workload"]["protocol"] == "chat" and doc["workload"]["corpus"] == str(path)
+    (cell,) = doc["cells"]
+    assert cell["prompt_class"] == "corpus:mine" and cell["completion_tokens"] == 2 * 12 and cell["prefix_cache_gate"]
+    with run_fake_vllm(fake("--no-chat-template")) as url:
+        res = runner.invoke(app, [*args, "--endpoint", url, "--prompt-class", "qa"])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "workload.protocol 'chat': model 'demo' has no chat template" in res.output

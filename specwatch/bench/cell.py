@@ -18,11 +18,12 @@ from specwatch.records import CellKey, CellResult, RequestSample
 async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     wl = client.workload
     assert key.concurrency is not None  # closed-loop shapes only, for now
-    cell_ns = f"{client.target.namespace}:c{key.concurrency}"
+    streams = key.concurrency
+    cell_ns = f"{client.target.namespace}:c{streams}"
     source = next(s for s in sources(wl) if s.name == key.prompt_class)
 
     def make(i: int) -> Awaitable[Prompt]:
-        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce, key.concurrency), client.count)
+        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce, streams), client.count)
 
     # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
     pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))

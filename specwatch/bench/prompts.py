@@ -55,9 +55,18 @@ class PromptRequest:
 
 
 class PromptSource(Protocol):
-    name: str
-    reuses_prefixes: bool  # requests share prefixes on purpose: the prefix-cache gate cannot apply
-    calibrated: bool  # prompts are sized to workload.prompt_tokens (a corpus's are sent as written)
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reuses_prefixes(self) -> bool:
+        """Requests share prefixes on purpose: the prefix-cache gate cannot apply."""
+        ...
+
+    @property
+    def calibrated(self) -> bool:
+        """Prompts are sized to workload.prompt_tokens (a corpus's are sent as written)."""
+        ...
 
     async def prompt(self, req: PromptRequest, count: Count) -> Prompt: ...
 

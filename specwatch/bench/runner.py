@@ -16,9 +16,9 @@ from typing import Protocol
 
 from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
+from specwatch.bench.corpus import sources
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
-from specwatch.bench.corpus import sources
 from specwatch.bench.prompts import PromptRequest
 from specwatch.records import CellKey, CellResult
 from specwatch.spec import SamplingSpec, WorkloadSpec
