@@ -259,3 +259,22 @@ def test_bench_cli_runs_chat_and_a_corpus_and_refuses_in_one_line(tmp_path: Path
         res = runner.invoke(app, [*args, "--endpoint", url, "--prompt-class", "qa"])
     assert res.exit_code == 1 and "Traceback" not in res.output
     assert "workload.protocol 'chat': model 'demo' has no chat template" in res.output
+
+
+# --------------------------------------------------------------------------- stored cells
+
+
+def test_sanity_checks_leave_the_hit_rate_of_shared_prefix_cells_alone(tmp_path: Path) -> None:
+    from specwatch.store.checks import run_checks
+    from specwatch.store.db import connect
+    from tests.test_quality import RUN, TH, add_grid, cell_id, failures
+
+    con = connect(tmp_path / "h.duckdb")
+    con.execute("INSERT INTO runs (run_id, experiment_name, started_at) VALUES ($r, 'w', now())", {"r": RUN})
+    add_grid(con, "base", 3, [0.8, 0.65, 0.5], {(4, "code"): {"prefix": 0.4}, (4, "prose"): {"prefix": 0.4}})
+    con.execute("UPDATE cells SET prefix_cache_gate = false WHERE cell = $c", {"c": cell_id(4, "prose")})
+    bad = failures(run_checks(con, RUN, "base", TH))
+    assert [(r.concurrency, r.prompt_class, r.check) for r in bad] == [(4, "code", "sanity.prefix_cache")]
+    assert con.execute("SELECT prefix_cache_hit_rate FROM cells WHERE cell = $c",
+                       {"c": cell_id(4, "prose")}).fetchone() == (0.4,)  # still stored and reported
+    con.close()
