@@ -91,6 +91,7 @@ def test_chat_to_a_model_without_a_template_is_one_line_before_any_request() -> 
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith("workload.protocol 'chat': model 'demo' has no chat template")
     assert "chat_template in tokenizer_config.json" in msg and "protocol: completions" in msg
+    assert "(/tokenize: HTTP 400 As of transformers v4.44, default chat template is no longer allowed" in msg
     with run_fake_vllm(fake("--no-chat-template")) as url:  # completions still works on such a model
         (cell,) = bench(url, workload(protocol="completions"))
     assert not cell.rejected, cell.reject_reason

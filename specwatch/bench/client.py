@@ -44,6 +44,15 @@ def _timeout(workload: WorkloadSpec) -> httpx.Timeout:
 SPARE_CONNECTIONS = 4
 
 
+def _error_message(resp: httpx.Response) -> str:
+    """An OpenAI-style error body's message (vLLM: {"error": {"message": ...}}), else the text, on one line."""
+    try:
+        text = str(resp.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        text = resp.text
+    return " ".join(text.split())[:200]
+
+
 class Client:
     def __init__(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, streams: int = 1) -> None:
         """`streams`: the most requests this client has in flight at once (its share of a cell's load)."""
@@ -99,9 +108,8 @@ class Client:
         try:
             await self.count(user("ping"))
         except httpx.HTTPStatusError as exc:
-            detail = " ".join(exc.response.text.split())[:160]
-            raise BenchError(self.protocol.refused(self.target.model, f"/tokenize: HTTP "
-                                                   f"{exc.response.status_code} {detail}")) from None
+            raise BenchError(self.protocol.refused(self.target.model, f"/tokenize: HTTP {exc.response.status_code} "
+                                                   f"{_error_message(exc.response)}")) from None
 
     async def stream(self, index: int, prompt: Prompt, max_tokens: int) -> tuple[RequestSample, Output]:
         """One streamed request; returns its sample and output.
