@@ -34,8 +34,12 @@ class Prompt:
 
     @property
     def text(self) -> str:
-        """What a raw-prompt protocol sends: the contents, one message per line."""
-        return "\n".join(m["content"] for m in self.messages)
+        return as_text(self.messages)
+
+
+def as_text(messages: Conversation) -> str:
+    """What a raw-prompt protocol sends for a conversation: the contents, one message per line."""
+    return "\n".join(m["content"] for m in messages)
 
 
 def user(text: str) -> Conversation:

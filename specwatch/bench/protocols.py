@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from specwatch.bench.prompts import Conversation, Prompt
+from specwatch.bench.prompts import Conversation, Prompt, as_text
 from specwatch.spec import SamplingSpec
 
 
@@ -78,7 +78,7 @@ class Completions:
         return {"model": model, "prompt": prompt.text, **sampling_fields(max_tokens, sampling)}
 
     def tokenize_body(self, model: str, messages: Conversation) -> dict[str, Any]:
-        return {"model": model, "prompt": Prompt(messages, 0, None).text}
+        return {"model": model, "prompt": as_text(messages)}
 
     def refused(self, model: str, detail: str) -> str:
         return f"workload.protocol 'completions': the server cannot tokenize a prompt for {model!r} ({detail})"
