@@ -279,3 +279,20 @@ def test_sanity_checks_leave_the_hit_rate_of_shared_prefix_cells_alone(tmp_path:
     assert con.execute("SELECT prefix_cache_hit_rate FROM cells WHERE cell = $c",
                        {"c": cell_id(4, "prose")}).fetchone() == (0.4,)  # still stored and reported
     con.close()
+
+
+def test_the_generated_model_gets_a_chat_template_whose_turns_extend(tmp_path: Path) -> None:
+    import jinja2
+
+    from specwatch.engine import modelgen
+
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend"}))
+    (tmp_path / "config.json").write_text(json.dumps({"rope_parameters": {"rope_theta": 10000.0}}))
+    modelgen._portable(tmp_path)
+    template = json.loads((tmp_path / "tokenizer_config.json").read_text())["chat_template"]
+    render = jinja2.Template(template).render
+    turn = [{"role": "user", "content": "hi"}]
+    first = render(messages=turn, bos_token="<s>", eos_token="</s>", add_generation_prompt=True)
+    later = render(messages=[*turn, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "and?"}],
+                   bos_token="<s>", eos_token="</s>", add_generation_prompt=True)
+    assert first == "<s><|user|>\nhi</s>\n<|assistant|>\n" and later.startswith(first)
