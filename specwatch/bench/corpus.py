@@ -98,7 +98,7 @@ class Corpus:
 
     path: Path
     reuses_prefixes = False
-    calibrated = False
+    sized = False
 
     @property
     def name(self) -> str:

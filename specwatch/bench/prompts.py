@@ -68,7 +68,7 @@ class PromptSource(Protocol):
         ...
 
     @property
-    def calibrated(self) -> bool:
+    def sized(self) -> bool:
         """Prompts are sized to workload.prompt_tokens (a corpus's are sent as written)."""
         ...
 
@@ -129,7 +129,7 @@ class SingleTurn:
 
     name: str
     reuses_prefixes = False
-    calibrated = True
+    sized = True
 
     async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
         tag = nonce(req.namespace, self.name, req.index)
@@ -158,7 +158,7 @@ class MultiTurn:
     name: str
     turns: int = 4
     reuses_prefixes = True
-    calibrated = True
+    sized = True
 
     def _lines(self, seed: int, conversation: int, min_chars: int) -> list[str]:
         lines = class_text(self.name).splitlines()

@@ -31,7 +31,7 @@ PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same pr
 
 def cell_keys(workload: WorkloadSpec) -> list[CellKey]:
     """The cells a workload asks for, in the order they run."""
-    return [CellKey(concurrency=c, prompt_class=s.name, prompt_tokens=workload.prompt_tokens if s.calibrated else 0)
+    return [CellKey(concurrency=c, prompt_class=s.name, prompt_tokens=workload.prompt_tokens if s.sized else 0)
             for c in workload.concurrency for s in sources(workload)]
 
 
