@@ -82,7 +82,7 @@ def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple
     """
     import json
 
-    from specwatch.bench.prompts import Prompt, seeded_content
+    from specwatch.bench.prompts import Prompt, seeded_content, user
     from specwatch.bench.protocols import Completions
     from specwatch.spec import SamplingSpec
 
@@ -93,7 +93,7 @@ def raw_floor(url: str, a: argparse.Namespace, c: int, waves: int) -> list[tuple
         for i in range(c):
             text = f"unique request raw{time.time_ns()}x{i} " + seeded_content(a.prompt_class, 0, i,
                                                                               a.prompt_tokens * 4)
-            payload = Completions().body("demo", Prompt(text, 0, ""), a.max_tokens, SamplingSpec())
+            payload = Completions().body("demo", Prompt(user(text), 0, ""), a.max_tokens, SamplingSpec())
             bodies.append((f"raw-c{c}-{w}-{i}", json.dumps(payload).encode()))
         got = asyncio.run(_raw_wave(url, bodies))
         recs = {r["request_id"]: r for r in C.truth(url)["records"]}

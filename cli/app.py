@@ -182,7 +182,8 @@ _BENCH_OPTIONS = {
     "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
     "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
     "temperature": "--temperature", "seed": "--seed", "request_rates": "--rate", "arrival": "--arrival",
-    "burstiness": "--burstiness", "max_concurrency": "--max-concurrency",
+    "burstiness": "--burstiness", "max_concurrency": "--max-concurrency", "protocol": "--protocol",
+    "corpus": "--corpus", "nonce": "--nonce",
 }
 
 
@@ -210,7 +211,14 @@ def bench(
     arrival: Annotated[str, typer.Option(help="open-loop inter-arrival law: poisson or gamma")] = "poisson",
     burstiness: Annotated[float, typer.Option(help="gamma shape (1 = Poisson, < 1 burstier)")] = 1.0,
     max_concurrency: Annotated[int | None, typer.Option(help="open-loop cells: the most requests in flight")] = None,
-    prompt_class: Annotated[str, typer.Option(help="comma-separated: code, json, prose")] = "code,json,prose",
+    prompt_class: Annotated[str, typer.Option(help="comma-separated shipped classes: code, json, prose, qa, math, "
+                                              "rag, translation, summarization, multiturn")] = "code,json,prose",
+    protocol: Annotated[str, typer.Option(help="completions (/v1/completions) or chat (/v1/chat/completions, "
+                                          "the model's chat template)")] = "completions",
+    corpus: Annotated[Path | None, typer.Option(help="JSONL prompts (prompt or messages, optional output_tokens) "
+                                                "instead of --prompt-class")] = None,
+    nonce: Annotated[bool, typer.Option(help="a unique nonce at the front of every prompt; --no-nonce for a "
+                                        "prefix-cache study (the prefix-cache gate is then off)")] = True,
     prompt_tokens: Annotated[int, typer.Option(help="prompt length, calibrated with /tokenize")] = 256,
     max_tokens: Annotated[int, typer.Option(help="output length (min_tokens == max_tokens, ignore_eos)")] = 128,
     requests: Annotated[int, typer.Option(help="requests per cell (the prompt pool in --duration mode)")] = 16,
@@ -249,7 +257,8 @@ def bench(
         max_concurrency=max_concurrency,
         prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
-        connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,
+        connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature, protocol=protocol,
+        corpus=corpus, nonce=nonce,
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)

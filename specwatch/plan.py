@@ -40,13 +40,13 @@ def plan(spec: ExperimentSpec) -> Plan:
     # an open-loop cell lasts as long as its schedule (requests / rate), plus the last request's decode
     rates = [*wl.request_rates, *([(wl.ramp_up.start_rps + wl.ramp_up.end_rps) / 2] if wl.ramp_up else [])]
     open_s = sum(wl.requests_per_cell / r + wl.max_tokens / DECODE_ESTIMATE_TOK_S for r in rates)
-    cells = (len(wl.concurrency) + len(rates)) * len(wl.prompt_classes)
+    cells = (len(wl.concurrency) + len(rates)) * len(wl.classes)
     if wl.duration_s:
-        per_block = len(wl.concurrency) * len(wl.prompt_classes) * wl.duration_s
+        per_block = len(wl.concurrency) * len(wl.classes) * wl.duration_s
     else:
-        per_block = len(wl.prompt_classes) * sum(
+        per_block = len(wl.classes) * sum(
             wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
-    per_block += len(wl.prompt_classes) * open_s
+    per_block += len(wl.classes) * open_s
     per_block += (wl.warmup_requests * wl.max_tokens + design.probes * design.probe_tokens) / DECODE_ESTIMATE_TOK_S
     rows, total, launches = [], 0.0, 0
     for arm in spec.arms:

@@ -196,6 +196,7 @@ class RequestSample(_Record):
     decode_s: float | None = None
     arrival_groups: int | None = None
     repetition_ratio: float | None = None
+    max_tokens: int | None = None  # the request's own output length (a corpus line's); None: the cell's
 
     @property
     def coalesced(self) -> bool:
@@ -243,6 +244,9 @@ class CellResult(_Record):
     rejected: bool = False
     reject_reason: str | None = None
     flags: list[str] = []
+    # False where requests share prefixes on purpose (multi-turn classes, workload.nonce: false):
+    # the window's prefix-cache hit rate is then reported, not gated.
+    prefix_cache_gate: bool = True
 
     @property
     def key(self) -> CellKey:

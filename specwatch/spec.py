@@ -28,8 +28,6 @@ from pydantic import (
 
 from specwatch.design import VARIABLES, differences, signature, undeclared
 
-PromptClass = Literal["code", "json", "prose"]
-
 # Known speculative methods and the fields each needs. Forks add methods before
 # upstream does (DOMAIN.md), so an unknown method is allowed only with an explicit
 # opt-in per arm; a typo without the opt-in stays an error.
@@ -64,6 +62,7 @@ BackendName = Annotated[str, _registered("backend", "specwatch.engine.images", "
 # endpoint images pick the endpoint launcher themselves; an arm never names it
 LauncherName = Annotated[str, _registered("launcher", "specwatch.engine.launchers", "LAUNCHERS", ("endpoint",))]
 ProtocolName = Annotated[str, _registered("protocol", "specwatch.bench.protocols", "PROTOCOLS")]
+PromptClass = Annotated[str, _registered("prompt class", "specwatch.bench.prompts", "SOURCES")]
 
 
 class _Strict(BaseModel):
@@ -327,6 +326,27 @@ class WorkloadSpec(_Strict):
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    corpus: Path | None = Field(default=None, description="JSONL prompts (prompt or messages, optional "
+                                "output_tokens) instead of prompt_classes; relative to the experiment file")
+    nonce: bool = Field(default=True, description="false: send prompts as written (a prefix-cache study; the "
+                        "prefix-cache gate is then off)")
+
+    @field_validator("corpus")
+    @classmethod
+    def _corpus_readable(cls, corpus: Path | None, info: ValidationInfo) -> Path | None:
+        stored = bool(info.context and info.context.get("stored"))  # a past run's spec: the file may be gone
+        if corpus is not None and not stored:
+            from specwatch.bench.corpus import read_corpus  # it imports this module
+
+            read_corpus(corpus)
+        return corpus
+
+    @property
+    def classes(self) -> list[str]:
+        """The prompt classes its cells are keyed by: the corpus's name, else prompt_classes."""
+        from specwatch.bench.prompts import corpus_name  # the registries import this module
+
+        return [corpus_name(self.corpus)] if self.corpus is not None else list(self.prompt_classes)
 
     @field_validator("request_rates")
     @classmethod
@@ -591,10 +611,11 @@ def load_spec(path: Path) -> ExperimentSpec:
         raise SpecError(str(path), [f"not valid YAML: {exc}".replace("\n", " ")]) from None
     if not isinstance(raw, dict):
         raise SpecError(str(path), ["the file must be a YAML mapping (name:, model:, images:, arms:, ...)"])
-    model = raw.get("model")
-    if isinstance(model, dict) and isinstance(model.get("path"), str):
-        p = Path(model["path"]).expanduser()
-        model["path"] = str(p if p.is_absolute() else (path.parent / p).resolve())
+    for section, key in (("model", "path"), ("workload", "corpus")):
+        node = raw.get(section)
+        if isinstance(node, dict) and isinstance(node.get(key), str):
+            p = Path(node[key]).expanduser()
+            node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())
     try:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as err:

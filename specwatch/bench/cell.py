@@ -6,20 +6,23 @@ import asyncio
 from collections.abc import Awaitable
 
 from specwatch.bench.client import Client, Output
+from specwatch.bench.corpus import sources
 from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import Prompt, build_prompt, repetition_ratio
+from specwatch.bench.prompts import Prompt, PromptRequest, repetition_ratio
 from specwatch.records import CellKey, CellResult, RequestSample
 
 
 async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     wl = client.workload
     cell_ns = f"{client.target.namespace}:" + (f"c{key.concurrency}" if key.load == "closed" else key.id)
+    source = next(s for s in sources(wl) if s.name == key.prompt_class)
+    streams = key.concurrency or 1  # side by side (multi-turn waves); an open loop has no fixed number
 
     def make(i: int) -> Awaitable[Prompt]:
-        return build_prompt(key.prompt_class, wl.seed, i, cell_ns, key.prompt_tokens, client.tokenize)
+        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce, streams), client.count)
 
     # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
     pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))
@@ -27,7 +30,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     results: list[tuple[RequestSample, Output]] = []
 
     async def send(index: int, prompt: Prompt, scheduled: float | None = None) -> None:
-        sample, output = await client.stream(index, prompt, wl.max_tokens)
+        sample, output = await client.stream(index, prompt, prompt.max_tokens or wl.max_tokens)
         results.append((sample.model_copy(update={"scheduled_s": scheduled}), output))
 
     shape = load_shape(wl, key)  # an open loop's schedule is drawn here, before the window opens
@@ -65,5 +68,6 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         window=window(before, outcome.after),
         max_running_observed=peak,
         requests=samples,
+        prefix_cache_gate=wl.nonce and not source.reuses_prefixes,
     )
     return gate(cell, gates)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from specwatch.bench.metrics import MetricsSnapshot, parse_metrics, running_requests
-from specwatch.bench.prompts import Prompt
+from specwatch.bench.prompts import Conversation, Prompt, user
 from specwatch.bench.protocols import RequestProtocol, protocol_for
 from specwatch.records import ARRIVAL_GAP_S, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
@@ -44,6 +44,15 @@ def _timeout(workload: WorkloadSpec) -> httpx.Timeout:
 SPARE_CONNECTIONS = 4
 
 
+def _error_message(resp: httpx.Response) -> str:
+    """An OpenAI-style error body's message (vLLM: {"error": {"message": ...}}), else the text, on one line."""
+    try:
+        text = str(resp.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        text = resp.text
+    return " ".join(text.split())[:200]
+
+
 class Client:
     def __init__(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, streams: int = 1) -> None:
         """`streams`: the most requests this client has in flight at once (its share of a cell's load)."""
@@ -64,8 +73,11 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.http.aclose()
 
-    async def tokenize(self, text: str) -> int:
-        return len(await self.token_ids(text))
+    async def count(self, messages: Conversation) -> int:
+        """The prompt's token count as the protocol sends it (for chat: through the chat template)."""
+        resp = await self.http.post("/tokenize", json=self.protocol.tokenize_body(self.target.model, messages))
+        resp.raise_for_status()
+        return int(resp.json()["count"])
 
     async def token_ids(self, text: str) -> list[int]:
         resp = await self.http.post("/tokenize", json={"model": self.target.model, "prompt": text})
@@ -92,6 +104,12 @@ class Client:
         served = [m.get("id") for m in resp.json().get("data", [])]
         if self.target.model not in served:
             raise BenchError(f"model {self.target.model!r} is not served at {self.target.base_url}; it serves {served}")
+        # Before any request: a chat workload against a model without a chat template stops here, in one line.
+        try:
+            await self.count(user("ping"))
+        except httpx.HTTPStatusError as exc:
+            raise BenchError(self.protocol.refused(self.target.model, f"/tokenize: HTTP {exc.response.status_code} "
+                                                   f"{_error_message(exc.response)}")) from None
 
     async def stream(self, index: int, prompt: Prompt, max_tokens: int) -> tuple[RequestSample, Output]:
         """One streamed request; returns its sample and output.
@@ -122,6 +140,7 @@ class Client:
                 e2e_s=now - t0,
                 decode_s=None if t_first is None or t_last is None else t_last - t_first,
                 arrival_groups=None if t_first is None else 1 + sum(g > ARRIVAL_GAP_S for g in gaps),
+                max_tokens=prompt.max_tokens,
             ))
 
         try:

@@ -16,7 +16,7 @@ def bench_document(endpoint: str, model: str, started: datetime, ended: datetime
     return {
         "specwatch_version": specwatch.__version__, "endpoint": endpoint, "model": model,
         "started_at": started.isoformat(), "ended_at": ended.isoformat(),
-        "sampling": sampling.model_dump(), "workload": workload.model_dump(),
+        "sampling": sampling.model_dump(), "workload": workload.model_dump(mode="json"),
         "max_prefix_cache_hit_rate": gates.max_prefix_cache_hit_rate,
         "cells": [c.summary() for c in cells],
     }

@@ -37,7 +37,7 @@ def gate(cell: CellResult, gates: Gates) -> CellResult:
             f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed})"
         )
     hit = cell.window.prefix_cache_hit_rate
-    if hit is not None and hit >= gates.max_prefix_cache_hit_rate:
+    if cell.prefix_cache_gate and hit is not None and hit >= gates.max_prefix_cache_hit_rate:
         reasons.append(f"prefix-cache hit rate {hit:.1%} >= {gates.max_prefix_cache_hit_rate:.0%}: prompts were cached")
     flags = []
     rep = cell.repetition_ratio_median

@@ -2,6 +2,11 @@
 
 The nonce defeats the prefix cache (DOMAIN rule 1); the content is seeded so a rerun
 replays the same text behind fresh nonces (reproducible, never cached).
+
+A prompt is a conversation (role/content messages): `/v1/chat/completions` sends it as
+messages through the model's chat template, `/v1/completions` sends its contents joined by
+newlines. Where prompts come from is a registry of sources: the shipped single-turn classes,
+the multi-turn classes (turn n+1 extends turn n on purpose), and a user's JSONL corpus.
 """
 
 from __future__ import annotations
@@ -12,15 +17,62 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
+from typing import Protocol
 
-Tokenize = Callable[[str], Awaitable[int]]
+Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": text}
+Conversation = tuple[Message, ...]
+Count = Callable[[Conversation], Awaitable[int]]  # the server's token count of a conversation, as sent
 
 
 @dataclass(frozen=True)
 class Prompt:
-    text: str
+    messages: Conversation
     tokens: int
-    nonce: str
+    nonce: str | None  # None: sent as written (workload.nonce: false)
+    max_tokens: int | None = None  # the request's own output length (a corpus line's output_tokens)
+
+    @property
+    def text(self) -> str:
+        return as_text(self.messages)
+
+
+def as_text(messages: Conversation) -> str:
+    """What a raw-prompt protocol sends for a conversation: the contents, one message per line."""
+    return "\n".join(m["content"] for m in messages)
+
+
+def user(text: str) -> Conversation:
+    return ({"role": "user", "content": text},)
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """What one prompt is built from: request `index` of a cell whose nonces live in `namespace`."""
+
+    seed: int
+    index: int
+    namespace: str
+    target_tokens: int
+    fronted: bool = True  # a nonce at the front of the first message
+    streams: int = 1  # the cell's concurrency: requests sent side by side
+
+
+class PromptSource(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reuses_prefixes(self) -> bool:
+        """Requests share prefixes on purpose: the prefix-cache gate cannot apply."""
+        ...
+
+    @property
+    def sized(self) -> bool:
+        """Prompts are sized to workload.prompt_tokens (a corpus's are sent as written)."""
+        ...
+
+    async def prompt(self, req: PromptRequest, count: Count) -> Prompt: ...
 
 
 @cache
@@ -32,45 +84,124 @@ def nonce(namespace: str, *parts: object) -> str:
     return hashlib.sha256(":".join(map(str, (namespace, *parts))).encode()).hexdigest()[:16]
 
 
+def front(tag: str) -> str:
+    return f"unique request {tag} "
+
+
+def _line_starts(text: str) -> list[int]:
+    return [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n" and i + 1 < len(text)]
+
+
 def seeded_content(prompt_class: str, seed: int, index: int, min_chars: int) -> str:
     """A window of the class text starting at a seeded line, wrapped around as needed."""
     text = class_text(prompt_class)
-    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n" and i + 1 < len(text)]
-    start = random.Random(f"{seed}:{prompt_class}:{index}").choice(starts)
+    start = random.Random(f"{seed}:{prompt_class}:{index}").choice(_line_starts(text))
     body = text[start:] + text[:start]
     return (body * (min_chars // len(body) + 1))[:min_chars]
 
 
-async def calibrated(front: str, content: str, target: int, tokenize: Tokenize) -> tuple[str, int]:
-    """Longest `front + content[:n]` whose token count is <= target, found by bisection on n.
+async def calibrated(build: Callable[[int], Conversation], size: int, target: int,
+                     count: Count) -> tuple[Conversation, int]:
+    """Longest `build(n)`, n in 0..size, whose token count is <= target, found by bisection on n.
 
     Word-count heuristics under-pad by ~1.2x (DOMAIN rule 2), so the server's own
-    tokenizer decides. Character steps move the count by at most one token at a time
-    for byte-level BPE, so the result lands within one token of the target.
+    tokenizer decides (through the chat template, for chat). Character steps move the count
+    by at most one token at a time for byte-level BPE, so the result lands within one token
+    of the target.
     """
-    lo, hi = 0, len(content)
-    best = (front, await tokenize(front))
+    lo, hi = 0, size
+    best = (build(0), await count(build(0)))
     if best[1] > target:
         return best
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        count = await tokenize(front + content[:mid])
-        if count <= target:
-            lo, best = mid, (front + content[:mid], count)
+        tokens = await count(build(mid))
+        if tokens <= target:
+            lo, best = mid, (build(mid), tokens)
         else:
             hi = mid - 1
     return best
 
 
-async def build_prompt(
-    prompt_class: str, seed: int, index: int, namespace: str, target_tokens: int, tokenize: Tokenize
-) -> Prompt:
-    tag = nonce(namespace, prompt_class, index)
-    front = f"unique request {tag} "
-    # ~12 chars per token is far more than any tokenizer needs, so bisection always has room.
-    content = seeded_content(prompt_class, seed, index, target_tokens * 12)
-    text, tokens = await calibrated(front, content, target_tokens, tokenize)
-    return Prompt(text=text, tokens=tokens, nonce=tag)
+@dataclass(frozen=True)
+class SingleTurn:
+    """One user message: the nonce, then a seeded window of the class text, calibrated to the target."""
+
+    name: str
+    reuses_prefixes = False
+    sized = True
+
+    async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
+        tag = nonce(req.namespace, self.name, req.index)
+        head = front(tag) if req.fronted else ""
+        # ~12 chars per token is far more than any tokenizer needs, so bisection always has room.
+        content = seeded_content(self.name, req.seed, req.index, req.target_tokens * 12)
+        messages, tokens = await calibrated(lambda n: user(head + content[:n]), len(content), req.target_tokens,
+                                            count)
+        return Prompt(messages, tokens, tag if req.fronted else None)
+
+
+@dataclass(frozen=True)
+class MultiTurn:
+    """Conversations of `turns` requests: each turn's prompt is the previous turn's, continued.
+
+    The class text alternates lines, a user line and then the assistant's reply; a
+    conversation is a seeded run of them (starting on a user line), and turn t sends its first
+    (t+1)/turns of the target in tokens, cut at a character and split into messages at line
+    ends. So each turn's prompt is a prefix of the next one's (the text exactly; the rendered
+    chat up to the cut) and the prefix cache hits on purpose, as it does for real chat traffic.
+    The turns of one conversation share its nonce; conversations do not. Requests go out in
+    index order, `streams` side by side: one wave holds turn t of `streams` conversations and
+    the next wave their turn t+1, so a turn is sent after its predecessor was served.
+    """
+
+    name: str
+    turns: int = 4
+    reuses_prefixes = True
+    sized = True
+
+    def _lines(self, seed: int, conversation: int, min_chars: int) -> list[str]:
+        lines = class_text(self.name).splitlines()
+        pairs = len(lines) // 2
+        start = 2 * random.Random(f"{seed}:{self.name}:{conversation}").randrange(pairs)
+        out: list[str] = []
+        while sum(map(len, out)) < min_chars:
+            out.append(lines[(start + len(out)) % (2 * pairs)])
+        return out
+
+    async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
+        wave, lane = divmod(req.index, req.streams)
+        group, turn = divmod(wave, self.turns)
+        conversation = group * req.streams + lane
+        tag = nonce(req.namespace, self.name, "conversation", conversation)
+        head = front(tag) if req.fronted else ""
+        lines = self._lines(req.seed, conversation, req.target_tokens * 12)
+
+        def build(n: int) -> Conversation:
+            out, left = [], n
+            for j, line in enumerate(lines):
+                if j and left <= 0:
+                    break
+                out.append({"role": ("user", "assistant")[j % 2], "content": (head if j == 0 else "") + line[:left]})
+                left -= len(line)
+            return tuple(out)
+
+        target = max(1, req.target_tokens * (turn + 1) // self.turns)
+        messages, tokens = await calibrated(build, sum(map(len, lines)), target, count)
+        return Prompt(messages, tokens, tag if req.fronted else None)
+
+
+SOURCES: dict[str, PromptSource] = {}
+
+
+def register(source: PromptSource) -> PromptSource:
+    SOURCES[source.name] = source
+    return source
+
+
+for _name in ("code", "json", "prose", "translation", "summarization", "qa", "math", "rag"):
+    register(SingleTurn(_name))
+register(MultiTurn("multiturn"))
 
 
 def repetition_ratio(token_ids: list[int]) -> float | None:
@@ -79,3 +210,8 @@ def repetition_ratio(token_ids: list[int]) -> float | None:
     if not grams:
         return None
     return 1.0 - len(set(grams)) / len(grams)
+
+
+def corpus_name(path: Path) -> str:
+    """The prompt class a corpus's cells are keyed by."""
+    return f"corpus:{path.stem}"

@@ -16,9 +16,10 @@ from typing import Protocol
 
 from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
+from specwatch.bench.corpus import sources
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
-from specwatch.bench.prompts import build_prompt
+from specwatch.bench.prompts import PromptRequest
 from specwatch.records import CellKey, CellResult
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -30,22 +31,24 @@ PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same pr
 
 def cell_keys(workload: WorkloadSpec) -> list[CellKey]:
     """The cells a workload asks for, in the order they run: closed-loop levels, then request rates
-    (a sweep: one cell per rate), then the ramp, each over every prompt class."""
+    (a sweep: one cell per rate), then the ramp, each over every prompt source (class or corpus)."""
     levels: list[dict[str, object]] = [{"concurrency": c} for c in workload.concurrency]
     levels += [{"load": "rate", "rate": r} for r in workload.request_rates]
     if workload.ramp_up:
         levels.append({"load": "rate", "rate": workload.ramp_up.end_rps, "ramp_from": workload.ramp_up.start_rps})
-    return [CellKey.model_validate({**level, "prompt_class": pc, "prompt_tokens": workload.prompt_tokens})
-            for level in levels for pc in workload.prompt_classes]
+    return [CellKey.model_validate({**level, "prompt_class": s.name,
+                                    "prompt_tokens": workload.prompt_tokens if s.sized else 0})
+            for level in levels for s in sources(workload)]
 
 
 async def warm_up(client: Client) -> None:
     """Discarded requests after every (re)start: the first ones hit JIT/autotune (DOMAIN rule 5)."""
     wl = client.workload
+    srcs = sources(wl)
     for i in range(wl.warmup_requests):
-        prompt = await build_prompt(wl.prompt_classes[i % len(wl.prompt_classes)], wl.seed, -1 - i,
-                                    f"{client.target.namespace}:warmup", wl.prompt_tokens, client.tokenize)
-        sample, _ = await client.stream(i, prompt, wl.max_tokens)
+        req = PromptRequest(wl.seed, -1 - i, f"{client.target.namespace}:warmup", wl.prompt_tokens, wl.nonce)
+        prompt = await srcs[i % len(srcs)].prompt(req, client.count)
+        sample, _ = await client.stream(i, prompt, prompt.max_tokens or wl.max_tokens)
         if sample.status != "ok":
             raise BenchError(f"warm-up request failed: {sample.error}")
 
@@ -68,10 +71,11 @@ async def probe(target: BenchTarget, workload: WorkloadSpec, count: int, max_tok
     """
     greedy = SamplingSpec(temperature=0.0, top_p=1.0, top_k=-1, seed=0)
     outputs = []
+    srcs = sources(workload)
     async with Client(target, workload, greedy) as client:
         for i in range(count):
-            prompt_class = workload.prompt_classes[i % len(workload.prompt_classes)]
-            prompt = await build_prompt(prompt_class, 0, i, PROBE_NAMESPACE, workload.prompt_tokens, client.tokenize)
+            req = PromptRequest(0, i, PROBE_NAMESPACE, workload.prompt_tokens)
+            prompt = await srcs[i % len(srcs)].prompt(req, client.count)
             sample, output = await client.stream(i, prompt, max_tokens)
             if sample.status != "ok":
                 raise BenchError(f"probe {i} failed: {sample.error}")

@@ -34,6 +34,13 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
 }
 BOS, EOS = "<s>", "</s>"
+# A plain role-header template (zephyr-like), so `/v1/chat/completions` works on the demo model.
+# The generation prompt equals an assistant message's header: a later turn that contains this
+# turn's reply shares this turn's rendered prompt as its prefix.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}"
+    "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
 
 
 def train_tokenizer(corpus: list[Path], vocab_size: int) -> Any:
@@ -111,11 +118,14 @@ def _portable(out: Path) -> None:
     """One checkpoint serves every image of an A/B, and older images ship transformers 4.x.
 
     transformers 5 writes `tokenizer_class: TokenizersBackend` and `rope_parameters`, which 4.x
-    does not know; `PreTrainedTokenizerFast` and a top-level `rope_theta` load in both.
+    does not know; `PreTrainedTokenizerFast` and a top-level `rope_theta` load in both. The chat
+    template goes into tokenizer_config.json, which every version reads (newer ones would
+    otherwise write a separate chat_template.jinja that older ones ignore).
     """
     tok_cfg = out / "tokenizer_config.json"
     data = json.loads(tok_cfg.read_text(encoding="utf-8"))
     data["tokenizer_class"] = "PreTrainedTokenizerFast"
+    data["chat_template"] = CHAT_TEMPLATE
     tok_cfg.write_text(json.dumps(data), encoding="utf-8")
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))

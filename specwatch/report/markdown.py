@@ -50,7 +50,7 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         lines.append(f"- arm `{arm.name}` launch: `{' '.join(arm.launch.argv) or arm.launch.base_url}`"
                      + (f" with env `{env}`" if env else ""))
     lines += [
-        f"- workload: prompt classes {', '.join(wl.prompt_classes)}; {wl.prompt_tokens} prompt tokens, "
+        f"- workload: prompt classes {', '.join(wl.classes)}; {wl.prompt_tokens} prompt tokens, "
         f"{wl.max_tokens} output tokens (ignore_eos); concurrency {wl.concurrency}; "
         + (f"request rates {wl.request_rates} req/s; " if wl.request_rates else "")
         + (f"ramp {wl.ramp_up.start_rps:g}-{wl.ramp_up.end_rps:g} req/s (linear); " if wl.ramp_up else "")
@@ -189,7 +189,7 @@ def write_report(result: RunResult, out_dir: Path) -> tuple[Path, Assessment]:
     if assessment.curves:
         figures.append(plots.acceptance_plot(assessment.curves, out_dir / plots.ACCEPTANCE_PNG).name)
     if any(a.cells for a in result.arms):
-        figures.append(plots.decode_plot(result, [a.name for a in spec.arms], spec.workload.prompt_classes,
+        figures.append(plots.decode_plot(result, [a.name for a in spec.arms], spec.workload.classes,
                                          out_dir / plots.DECODE_PNG).name)
     path = out_dir / REPORT_FILE
     path.write_text(render_markdown(result, spec, assessment, figures))

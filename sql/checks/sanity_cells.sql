@@ -36,7 +36,8 @@ SELECT
     p.acceptance_pos_max_rise,
     p.acceptance_pos_rise_at,
     c.requests_failed::DOUBLE AS requests_failed,
-    c.prefix_cache_hit_rate
+    -- cells that share prefixes on purpose (multi-turn, nonce off) report their hit rate, ungated
+    CASE WHEN c.prefix_cache_gate THEN c.prefix_cache_hit_rate END AS prefix_cache_hit_rate
 FROM cells c
 LEFT JOIN pos_cell p USING (arm, block, cell)
 WHERE c.run_id = $run_id

@@ -1,7 +1,8 @@
 """A fake vLLM OpenAI-compatible server with known truth.
 
 It imitates the HTTP surface the benchmark touches (`/health`, `/v1/models`, `/version`,
-`/tokenize`, `/v1/completions` incl. SSE streaming, Prometheus `/metrics`) and simulates
+`/tokenize` for prompts and chat messages, `/v1/completions` and `/v1/chat/completions` incl.
+SSE streaming, Prometheus `/metrics`) and simulates
 speculative decoding with a known per-position acceptance profile and step time. `/truth`
 reports what really happened server-side, so tests and the fidelity benchmark can compare
 measured figures with true ones.
@@ -12,6 +13,8 @@ measured figures with true ones.
 
 Simulation model (deliberately simple, so the truth is analytic):
 - Prompt tokens: regex `\\w+|[^\\w\\s]` (one token per word or punctuation mark), no BOS.
+  Chat messages go through a template of its own (`CHAT_TEMPLATE`), or are refused as vLLM
+  refuses a model without one (`--no-chat-template`).
 - First token after `ttft_ms + prefill_ms_per_token * uncached_prompt_tokens` from admission.
 - Then one decode step per `(step_ms + step_ms_per_seq * (running - 1)) * slowdown`, on an
   absolute schedule (no drift from sleep overshoot). Every step with speculation proposes
@@ -65,6 +68,17 @@ _WORDS = [
 ]
 
 
+def chat_template(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    """The fake model's chat template: a role header per message, then the assistant's header."""
+    body = "".join(f"<|{m.get('role')}|>\n{m.get('content')}\n" for m in messages)
+    return body + ("<|assistant|>\n" if add_generation_prompt else "")
+
+
+# vLLM's words for a tokenizer without a chat template (transformers >= 4.44 has no default one).
+NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must provide a "
+               "chat template if the tokenizer does not define one.")
+
+
 def tokenize(text: str, vocab_size: int) -> list[int]:
     # crc32 rather than hash(): str hashes are randomised per process, ids must be stable.
     return [zlib.crc32(t.encode()) % vocab_size for t in _TOKEN_RE.findall(text)]
@@ -90,6 +104,7 @@ class Settings:
     stall_after_tokens: int | None = None
     max_num_seqs: int = 256
     log_interval_s: float = 10.0
+    chat: bool = True  # the model has a chat template
 
     @property
     def conditional(self) -> tuple[float, ...]:
@@ -375,17 +390,24 @@ class _StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class CompletionRequest(BaseModel):
+class _Sampling(BaseModel):
     model_config = ConfigDict(extra="ignore")  # vLLM accepts many more sampling fields
 
     model: str | None = None
-    prompt: str | list[str]
     max_tokens: int = Field(16, ge=1)  # vLLM's default for completions
     min_tokens: int = 0
     ignore_eos: bool = False
     temperature: float | None = None
     stream: bool = False
     stream_options: _StreamOptions | None = None
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+
+
+class ChatRequest(_Sampling):
+    messages: list[dict[str, Any]] = Field(min_length=1)
 
 
 def _error(status: int, message: str, kind: str) -> JSONResponse:
@@ -454,8 +476,12 @@ def build_app(s: Settings) -> FastAPI:
     @app.post("/tokenize")
     async def tokenize_endpoint(body: dict[str, Any]) -> Response:
         prompt = body.get("prompt")
+        if isinstance(body.get("messages"), list):
+            if not s.chat:
+                return _error(400, NO_TEMPLATE, "BadRequestError")
+            prompt = chat_template(body["messages"], bool(body.get("add_generation_prompt", True)))
         if not isinstance(prompt, str):
-            return _error(400, "tokenize needs a string 'prompt'", "BadRequestError")
+            return _error(400, "tokenize needs a string 'prompt' or a list of 'messages'", "BadRequestError")
         ids = tokenize(prompt, s.vocab_size)
         return JSONResponse({"count": len(ids), "max_model_len": s.max_model_len, "tokens": ids, "token_strs": None})
 
@@ -474,6 +500,19 @@ def build_app(s: Settings) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, raw: Request) -> Response:
+        if isinstance(req.prompt, list):
+            if len(req.prompt) != 1:
+                return _error(400, "fake_vllm supports exactly one prompt per request", "BadRequestError")
+            return await serve(req, req.prompt[0], raw, chat=False)
+        return await serve(req, req.prompt, raw, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatRequest, raw: Request) -> Response:
+        if not s.chat:
+            return _error(400, NO_TEMPLATE, "BadRequestError")
+        return await serve(req, chat_template(req.messages), raw, chat=True)
+
+    async def serve(req: _Sampling, prompt: str, raw: Request, chat: bool) -> Response:
         if engine.booting():
             return _error(503, "server is starting", "ServiceUnavailableError")
         engine.completion_requests += 1
@@ -481,12 +520,6 @@ def build_app(s: Settings) -> FastAPI:
             return _error(500, f"fake_vllm: planted failure (--fail-every {s.fail_every})", "InternalServerError")
         if req.model is not None and req.model != s.model:
             return _error(404, f"The model `{req.model}` does not exist.", "NotFoundError")
-        if isinstance(req.prompt, list):
-            if len(req.prompt) != 1:
-                return _error(400, "fake_vllm supports exactly one prompt per request", "BadRequestError")
-            prompt = req.prompt[0]
-        else:
-            prompt = req.prompt
         ids = tokenize(prompt, s.vocab_size)
         if len(ids) + req.max_tokens > s.max_model_len:
             return _error(
@@ -497,36 +530,48 @@ def build_app(s: Settings) -> FastAPI:
                 "BadRequestError",
             )
         # vLLM builds the id from X-Request-Id when given: lets clients join to /truth.
-        rid = "cmpl-" + (raw.headers.get("x-request-id") or uuid.uuid4().hex)
+        rid = ("chatcmpl-" if chat else "cmpl-") + (raw.headers.get("x-request-id") or uuid.uuid4().hex)
         created = int(time.time())
-        head = {"id": rid, "object": "text_completion", "created": created, "model": s.model}
+        kind = "chat.completion" if chat else "text_completion"
+        head = {"id": rid, "object": kind, "created": created, "model": s.model}
 
         def usage_of(c: int) -> dict[str, int]:
             return {"prompt_tokens": len(ids), "completion_tokens": c, "total_tokens": len(ids) + c}
 
+        def choice_of(text: str, finish: str | None, streamed: bool) -> dict[str, Any]:
+            if not chat:
+                return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            said = {"content": text} if streamed else {"role": "assistant", "content": text}
+            return {"index": 0, "delta" if streamed else "message": said, "logprobs": None, "finish_reason": finish}
+
         if not req.stream:
             pieces = [p async for p in engine.generate(rid, prompt, ids, req.max_tokens, raw.is_disconnected)]
             text = "".join(pieces)
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
+            choice = {**choice_of(text, "length", streamed=False), "stop_reason": None}
             n = len(_TOKEN_RE.findall(text))
             return JSONResponse({**head, "choices": [choice], "usage": usage_of(n)})
 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        chunk_head = {**head, "object": "chat.completion.chunk"} if chat else head
 
         async def stream() -> AsyncIterator[str]:
             emitted = 0
+            if chat:  # vLLM's first chat chunk carries the role and no tokens
+                first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                         "finish_reason": None}
+                yield _sse({**chunk_head, "choices": [first]})
             # aclosing: if the client goes away, the engine's bookkeeping (finally) runs now, not at GC.
             async with aclosing(engine.generate(rid, prompt, ids, req.max_tokens)) as pieces:
                 async for piece in pieces:
                     emitted += len(_TOKEN_RE.findall(piece))
                     # As in vLLM, the chunk carrying the last tokens also carries finish_reason.
                     finish = "length" if emitted >= req.max_tokens else None
-                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
+                    choice = choice_of(piece, finish, streamed=True)
                     if finish:
                         choice["stop_reason"] = None
-                    yield _sse({**head, "choices": [choice]})
+                    yield _sse({**chunk_head, "choices": [choice]})
             if include_usage:
-                yield _sse({**head, "choices": [], "usage": usage_of(emitted)})
+                yield _sse({**chunk_head, "choices": [], "usage": usage_of(emitted)})
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
@@ -572,6 +617,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     a("--slowdown", type=float, default=1.0, help="multiplies step time (a planted regression)")
     a("--stall-after-tokens", type=int, default=None, help="streams hang after N tokens")
     a("--log-interval-s", type=float, default=10.0, help="period of the SpecDecoding metrics log line")
+    a("--no-chat-template", dest="chat", action="store_false",
+      help="the model has no chat template: chat requests and /tokenize messages are refused, as by vLLM")  # fmt: skip
     # Launchers render real-vLLM command lines; tolerate (and report) flags we do not model.
     return ap.parse_known_args(argv)
 
