@@ -290,6 +290,24 @@ class ArmSpec(_Strict):
         return [self.speculative.k, *self.speculative.fallback] if self.speculative else [None]
 
 
+class SloSpec(_Strict):
+    """Service-level objectives for goodput, in ms; any subset. A request meets the SLO when it is within all set."""
+
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2e_ms: PositiveFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in data:
+                if name not in cls.model_fields:
+                    raise ValueError(f"unknown SLO {name!r}; the known SLOs are {', '.join(cls.model_fields)} "
+                                     "(milliseconds)")
+        return data
+
+
 class WorkloadSpec(_Strict):
     protocol: ProtocolName = Field(default="completions", description="request protocol (specwatch.bench.protocols)")
     prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
@@ -305,6 +323,10 @@ class WorkloadSpec(_Strict):
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    slo: SloSpec | None = Field(default=None, description="goodput objectives: ttft_ms, tpot_ms, e2e_ms")
+    kv_poll_s: Annotated[float, Field(ge=1.0)] | None = Field(
+        default=1.0, description="/metrics poll period for peak KV-cache usage (>= 1 s: polls cost the server); "
+                                 "null = off")
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:

@@ -7,11 +7,11 @@ from collections.abc import Awaitable
 
 from specwatch.bench.client import Client, Output
 from specwatch.bench.gates import Gates, gate
-from specwatch.bench.gauge import max_running
+from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
 from specwatch.bench.prompts import Prompt, build_prompt, repetition_ratio
-from specwatch.records import CellKey, CellResult, RequestSample
+from specwatch.records import CellKey, CellResult, RequestSample, SloLimits
 
 
 async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
@@ -28,14 +28,18 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     results: list[tuple[RequestSample, Output]] = []
 
     async def send(index: int, prompt: Prompt) -> None:
-        results.append(await client.stream(index, prompt, wl.max_tokens))
+        # Unique per run, arm, block (the namespace), cell and index: joins samples with server logs.
+        results.append(await client.stream(index, prompt, wl.max_tokens,
+                                           request_id=f"{client.target.namespace}/{key.id}/{index}"))
 
     before = await client.metrics()
     stop = asyncio.Event()
     sampler = asyncio.create_task(max_running(client, stop, key.concurrency))
+    kv = None if wl.kv_poll_s is None else asyncio.create_task(kv_cache_peak(client, stop, wl.kv_poll_s))
     outcome = await load_shape(wl).run(LoadContext(key.concurrency, pool, make, send, client.metrics))
     stop.set()
     peak = await sampler
+    kv_peak, kv_polls = (None, 0) if kv is None else await kv
 
     samples = []
     for sample, output in sorted(results, key=lambda r: r[0].index):
@@ -54,6 +58,9 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         wall_s=outcome.wall_s,
         window=window(before, outcome.after),
         max_running_observed=peak,
+        kv_cache_usage_peak=kv_peak,
+        kv_cache_polls=kv_polls,
+        slo=None if wl.slo is None else SloLimits.model_validate(wl.slo.model_dump()),
         requests=samples,
     )
     return gate(cell, gates)
