@@ -13,6 +13,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from specwatch.records import (
+    SLO_NAMES,
     ArmResult,
     CellResult,
     CheckpointFacts,
@@ -23,7 +24,6 @@ from specwatch.records import (
     QualityRecord,
     RankRecord,
     RequestSample,
-    SLO_NAMES,
     RunResult,
     SpecWindow,
 )
