@@ -567,7 +567,7 @@ def build_app(s: Settings) -> FastAPI:
 
 
 def spec_decode_metrics(rec: TruthRecord, k: int) -> dict[str, Any]:
-    """The `metrics.speculative_decoding` object of vLLM's response (RequestSpecDecodeMetrics.to_dict, summary level)."""
+    """vLLM's `metrics.speculative_decoding` response object (RequestSpecDecodeMetrics.to_dict, summary)."""
     steps = sum(rec.acceptance_histogram)
     return {"mean_acceptance_length": 1.0 + rec.accepted / steps if steps else 1.0,
             "draft_acceptance_rate": rec.accepted / (steps * k) if steps else 0.0,
