@@ -73,7 +73,7 @@ def itl_bucket(gap_ms: float) -> int:
     return math.floor(math.log(max(gap_ms, ITL_FLOOR_MS)) / math.log(ITL_BUCKET_RATIO))
 
 
-def _bucket_ms(bucket: int) -> float:
+def bucket_ms(bucket: int) -> float:
     """A bucket's representative value: its geometric midpoint."""
     return float(ITL_BUCKET_RATIO ** (bucket + 0.5))
 
@@ -88,8 +88,8 @@ def _hist_quantile(hist: dict[int, int], q: float) -> float | None:
     for bucket in sorted(hist):
         seen += hist[bucket]
         if seen > rank:
-            return _bucket_ms(bucket)
-    return _bucket_ms(max(hist))
+            return bucket_ms(bucket)
+    return bucket_ms(max(hist))
 
 
 class CellKey(BaseModel):
