@@ -39,14 +39,14 @@ class ExportContext:
     metadata: dict[str, str]
 
 
-def _stats(values: list[float], cell_p: Callable[[int], float | None]) -> dict[str, float | None]:
-    """mean/median/std (population, as numpy's) over `values` in ms, and the cell's own percentiles."""
+def _stats(values: list[float], cell: CellResult, ours: str) -> dict[str, float | None]:
+    """mean/median/std (population, as numpy's) over `values` in ms, and the cell's own `<ours>_pN` percentiles."""
     out: dict[str, float | None] = {
         "mean": statistics.fmean(values) if values else None,
         "median": statistics.median(values) if values else None,
         "std": statistics.pstdev(values) if values else None,
     }
-    return {**out, **{f"p{p}": cell_p(p) for p in PERCENTILES}}
+    return {**out, **{f"p{p}": getattr(cell, f"{ours}_p{p}") for p in PERCENTILES}}
 
 
 def _itl_values(ok: list[RequestSample]) -> list[float]:
@@ -123,8 +123,7 @@ def vllm_0_26_0(cell: CellResult, ctx: ExportContext) -> dict[str, Any]:
         "e2el": ([1000.0 * r.e2e_s for r in ok if r.e2e_s is not None], "e2e_ms"),
     }
     for name, (values, ours) in ms.items():
-        stats = _stats(values, lambda p, ours=ours: getattr(cell, f"{ours}_p{p}"))
-        for stat, value in stats.items():
+        for stat, value in _stats(values, cell, ours).items():
             doc[f"{stat}_{name}_ms"] = value
     return doc
 
