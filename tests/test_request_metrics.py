@@ -144,3 +144,24 @@ def test_an_unknown_slo_name_is_one_line_naming_it_and_the_known_ones(tmp_path: 
 def test_kv_poll_faster_than_one_second_is_refused() -> None:
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         WorkloadSpec(kv_poll_s=0.2)
+
+
+def test_the_report_shows_latency_goodput_and_kv_figures() -> None:
+    from specwatch.analysis.verdict import assess
+    from specwatch.report.markdown import render_markdown
+    from specwatch.spec import stored_spec
+    from specwatch_testing import records as rf
+    from specwatch_testing.experiments import endpoint_ab
+
+    exp = endpoint_ab("demo", "http://127.0.0.1:1", "http://127.0.0.1:2", {"blocks": 1},
+                      {"prompt_classes": ["code", "prose"], "concurrency": [1, 4], "prompt_tokens": 128})
+    exp["arms"][1]["speculative"] = {"method": "ngram", "k": 5, "prompt_lookup_max": 4}
+    exp["design"]["allow_confounded"] = True
+    arms = [rf.arm("base", 3, 1.0, [80.0, 60.0, 40.0]), rf.arm("cand", 5, 0.9, [80.0, 60.0, 40.0, 20.0, 10.0])]
+    result = rf.run(arms=arms).model_copy(update={"experiment": exp})
+    spec = stored_spec(exp)
+    text = render_markdown(result, spec, assess(result, spec), [])
+    row = next(line for line in text.splitlines() if line.startswith("| cand | closed/c4/code/p128 |"))
+    # TTFT 50 ms (p99 unknown: 4 requests), TPOT 900/32 ms, goodput 100% (SLO ttft 100, tpot 40), KV peak 20%
+    assert "| 50/- |" in row and "| 28.1/- |" in row and "| 100% |" in row and "| 20% |" in row
+    assert "KV cache 65,536 tokens (from metrics)" in text
