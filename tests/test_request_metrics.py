@@ -165,3 +165,37 @@ def test_the_report_shows_latency_goodput_and_kv_figures() -> None:
     # TTFT 50 ms (p99 unknown: 4 requests), TPOT 900/32 ms, goodput 100% (SLO ttft 100, tpot 40), KV peak 20%
     assert "| 50/- |" in row and "| 28.1/- |" in row and "| 100% |" in row and "| 20% |" in row
     assert "KV cache 65,536 tokens (from metrics)" in text
+
+
+def test_history_flags_a_goodput_drop_against_the_previous_run(tmp_path: object) -> None:
+    from datetime import timedelta
+    from pathlib import Path
+
+    from specwatch.spec import Thresholds
+    from specwatch.store.checks import history_records
+    from specwatch.store.db import connect
+    from specwatch.store.ingest import ingest
+    from specwatch_testing import records as rf
+
+    db = Path(str(tmp_path)) / "h.duckdb"
+    first = rf.run("20261130T120000Z-aaaaaa")
+    second = rf.run("20261201T120000Z-bbbbbb")
+    second = second.model_copy(update={"started_at": first.started_at + timedelta(days=1)})
+    slow = second.arms[0].cells[0]
+    # half the requests of one cell now miss the TTFT SLO (100 ms)
+    late = [r.model_copy(update={"ttft_s": 0.5}) if r.index % 2 else r for r in slow.requests]
+    second.arms[0].cells[0] = slow.model_copy(update={"requests": late})
+    ingest(first, db)
+    ingest(second, db)
+    con = connect(db)
+    try:
+        records, notes = history_records(con, second.run_id, Thresholds(), "same-image")
+    finally:
+        con.close()
+    goodput = [r for r in records if r.check == "history.goodput"]
+    assert goodput and not notes
+    bad = [r for r in records if not r.passed]
+    assert {(r.arm, r.metric) for r in bad} == {("k3", "goodput_share"), ("k3", "goodput_tok_s"),
+                                               ("k3", "ttft_s_median")}
+    share = next(r for r in bad if r.metric == "goodput_share")
+    assert (share.value, share.baseline_value) == (0.5, 1.0) and share.concurrency == 1

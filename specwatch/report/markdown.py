@@ -143,11 +143,11 @@ def _latency(result: RunResult) -> list[str]:
     lines = ["", "Latency (medians over blocks; p99 needs >= 100 requests), goodput and KV cache:", "",
              f"| arm | cell | {head} | goodput share | goodput tok/s | KV peak | preemptions |",
              "|---|---|" + "---|" * (len(LATENCY_COLUMNS) + 4)]
-    for (arm, cell), cells in groups.items():
+    for (name, cell), cells in groups.items():
         figures = [f"{_fmt(_median_of(cells, f'{attr}_p50'), spec)}/{_fmt(_median_of(cells, f'{attr}_p99'), spec)}"
                    for _, attr, spec in LATENCY_COLUMNS]
         preempt = [c.window.preemptions for c in cells if c.window.preemptions is not None]
-        lines.append(f"| {arm} | {cell} | {' | '.join(figures)} | {_fmt(_median_of(cells, 'goodput_share'), '.0%')} | "
+        lines.append(f"| {name} | {cell} | {' | '.join(figures)} | {_fmt(_median_of(cells, 'goodput_share'), '.0%')} | "
                      f"{_fmt(_median_of(cells, 'goodput_tok_s'), '.1f')} | "
                      f"{_fmt(_median_of(cells, 'kv_cache_usage_peak'), '.0%')} | "
                      f"{_fmt(sum(preempt) if preempt else None, '.0f')} |")
