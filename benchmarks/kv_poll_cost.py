@@ -44,7 +44,7 @@ def parse() -> argparse.Namespace:
     ap = C.cell_parser(__doc__, concurrency="4", requests=16, requests_help="requests per cell")
     ap.add_argument("--server", choices=("fake", "real"), default="fake")
     ap.add_argument("--periods", default="off,1,0.2", help="poll periods in s; off = no poll")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="0: only the CPU-per-render figure")
     ap.add_argument("--cell-s", type=float, default=15.0, help="closed loop this long per cell (--requests: the pool)")
     ap.add_argument("--renders", type=int, default=50, help="back-to-back GET /metrics for the CPU-per-poll figure")
     ap.add_argument("--no-pin", action="store_true", help="let server and client share both cores")
@@ -156,7 +156,10 @@ def main() -> int:
         busy = C.busy_processes()
     print(f"\nserver {a.server}; c={a.concurrency}, {a.cell_s:g} s cells of {a.max_tokens}-token requests, "
           f"{a.rounds} rounds; pinned: {not a.no_pin}")
-    print(f"/metrics: {lines} lines, GET {get_ms:.2f} ms (client-seen), server CPU {per_poll:.2f} ms per render")
+    print(f"/metrics: {lines} lines, GET {get_ms:.2f} ms (client-seen), server CPU {per_poll:.2f} ms per render; "
+          + ", ".join(f"at {p:g} s: {per_poll / (p * 1e3):.2%} of a core" for p in periods if p is not None))
+    if not a.rounds:
+        return 0
     off = statistics.median(x["decode"] for x in runs[None]) if None in runs else None
     rows = []
     for p in periods:
