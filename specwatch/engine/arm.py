@@ -69,15 +69,21 @@ def confirm_k(arm: ArmSpec, handle: ServerHandle, snapshot: MetricsSnapshot) -> 
         raise LaunchError(f"arm has speculation off but the server runs k={k} (from {source})")
 
 
+def kv_from_log(log_path: Path | None) -> int | None:
+    """vLLM logs its KV-cache capacity at boot: `GPU KV cache size: 1,234,560 tokens` (CPU: `CPU KV cache size`)."""
+    if log_path is None or not log_path.exists():
+        return None
+    found = _KV_IN_LOG.findall(log_path.read_text(errors="replace"))
+    return int(found[-1].replace(",", "")) if found else None
+
+
 def record_kv_capacity(handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
-    """KV-cache capacity in tokens: vllm:cache_config_info's labels, else the boot log's `KV cache size: N tokens`."""
+    """KV-cache capacity in tokens: vllm:cache_config_info's labels, else the boot log (synced by confirm_k)."""
     tokens, source = snapshot.kv_cache_tokens, "metrics"
-    log_path = handle.record.log_path
-    if tokens is None and log_path is not None and log_path.exists():
-        found = _KV_IN_LOG.findall(log_path.read_text(errors="replace"))
-        tokens, source = (int(found[-1].replace(",", "")), "boot_log") if found else (None, "metrics")
+    if tokens is None:
+        tokens, source = kv_from_log(handle.record.log_path), "boot_log"
     handle.record = handle.record.model_copy(update={"kv_cache_tokens": tokens,
-                                                     "kv_cache_source": source if tokens is not None else None})
+                                                     "kv_cache_source": None if tokens is None else source})
 
 
 def run_arm(
