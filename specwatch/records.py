@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
+from specwatch.spec import SloSpec
+
 # Chunks closer together than this arrived in the same read: one "arrival group". No real
 # decode step is this short.
 ARRIVAL_GAP_S = 0.001
@@ -28,6 +30,7 @@ MAX_COALESCED_SHARE = 0.25
 # A p99 over fewer requests than this is None, not the maximum: with n < 100 the "99th
 # percentile" is an interpolation of the top two samples, i.e. the max in disguise.
 MIN_P99_REQUESTS = 100
+P99 = 0.99
 # Chunk gaps (ITL) are kept per request as a histogram of log-spaced buckets, each this much
 # wider than the one below (1%): mergeable across requests, and a cell's ITL percentile comes
 # out within half a bucket (0.5%) of the exact one, without storing every gap.
@@ -261,7 +264,7 @@ class RequestSample(_Record):
     def spec_draft_acceptance_rate(self) -> float | None:
         return _ratio(self.spec_accepted_tokens, self.spec_draft_tokens)
 
-    def meets(self, slo: SloLimits) -> bool:
+    def meets(self, slo: SloSpec) -> bool:
         """An ok request within every declared limit; a figure it lacks (e.g. a burst stream's TPOT) fails it."""
         if self.status != "ok":
             return False
@@ -271,15 +274,7 @@ class RequestSample(_Record):
                    for name, limit in slo.model_dump(exclude_none=True).items())
 
 
-class SloLimits(_Record):
-    """Service-level objectives in ms (any subset); goodput counts requests within all that are set."""
-
-    ttft_ms: float | None = None
-    tpot_ms: float | None = None
-    e2e_ms: float | None = None
-
-
-SLO_NAMES = tuple(SloLimits.model_fields)
+SLO_NAMES = tuple(SloSpec.model_fields)
 
 
 class CellResult(_Record):
@@ -295,7 +290,7 @@ class CellResult(_Record):
     # Peak of vllm:kv_cache_usage_perc (a 0..1 share) over the polls taken while the cell ran.
     kv_cache_usage_peak: float | None = None
     kv_cache_polls: int = 0
-    slo: SloLimits | None = None
+    slo: SloSpec | None = None
     requests: list[RequestSample]
     rejected: bool = False
     reject_reason: str | None = None
@@ -369,7 +364,7 @@ class CellResult(_Record):
         return _quantile(self._values("e2e_s"), 0.5)
 
     def _ms_quantile(self, attr: str, q: float, scale: float = 1.0) -> float | None:
-        if q > 0.98 and self.requests_ok < MIN_P99_REQUESTS:
+        if q >= P99 and self.requests_ok < MIN_P99_REQUESTS:
             return None
         return _quantile([v * scale for v in self._values(attr)], q)
 
@@ -378,7 +373,7 @@ class CellResult(_Record):
         # requests: the gaps of one stream are not independent, so many gaps of few
         # requests say little about the tail.
         hists = [r.itl_hist for r in self._ok() if r.itl_hist]
-        if q > 0.98 and len(hists) < MIN_P99_REQUESTS:
+        if q >= P99 and len(hists) < MIN_P99_REQUESTS:
             return None
         merged: dict[int, int] = {}
         for h in hists:
@@ -399,7 +394,7 @@ class CellResult(_Record):
     @computed_field
     @property
     def ttft_ms_p99(self) -> float | None:
-        return self._ms_quantile("ttft_s", 0.99, 1000.0)
+        return self._ms_quantile("ttft_s", P99, 1000.0)
 
     @computed_field
     @property
@@ -414,7 +409,7 @@ class CellResult(_Record):
     @computed_field
     @property
     def tpot_ms_p99(self) -> float | None:
-        return self._ms_quantile("tpot_ms", 0.99)
+        return self._ms_quantile("tpot_ms", P99)
 
     @computed_field
     @property
@@ -429,7 +424,7 @@ class CellResult(_Record):
     @computed_field
     @property
     def itl_ms_p99(self) -> float | None:
-        return self._itl_quantile(0.99)
+        return self._itl_quantile(P99)
 
     @computed_field
     @property
@@ -444,7 +439,7 @@ class CellResult(_Record):
     @computed_field
     @property
     def e2e_ms_p99(self) -> float | None:
-        return self._ms_quantile("e2e_s", 0.99, 1000.0)
+        return self._ms_quantile("e2e_s", P99, 1000.0)
 
     def _good(self) -> list[RequestSample]:
         slo = self.slo
@@ -486,7 +481,7 @@ class CellResult(_Record):
     def summary(self) -> dict[str, Any]:
         """The cell as one flat row: its own figures plus the counter window's (no per-request detail)."""
         window = self.window.model_dump(exclude={"accepted_per_position"})
-        slo = {f"slo_{k}": v for k, v in (self.slo or SloLimits()).model_dump().items()}
+        slo = {f"slo_{k}": v for k, v in (self.slo or SloSpec()).model_dump().items()}
         return {**self.model_dump(exclude={"requests", "window", "slo"}), **window, **slo}
 
 

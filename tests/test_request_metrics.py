@@ -12,8 +12,8 @@ from specwatch.bench.client import BenchTarget
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import parse_metrics
 from specwatch.bench.runner import InProcess, prepare
-from specwatch.records import MIN_P99_REQUESTS, CellResult, RequestSample, SloLimits, SpecWindow, itl_bucket
-from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec, load_spec
+from specwatch.records import MIN_P99_REQUESTS, CellResult, RequestSample, SpecWindow, itl_bucket
+from specwatch.spec import SamplingSpec, SloSpec, SpecError, WorkloadSpec, load_spec
 from specwatch_testing.server import run_fake_vllm
 
 MODEL = "demo"
@@ -48,7 +48,7 @@ def sample(i: int, ttft_s: float = 0.05, decode_s: float = 0.47, status: str = "
                          decode_s=decode_s, e2e_s=ttft_s + decode_s, arrival_groups=12, itl_hist=hist or None)
 
 
-def cell_of(samples: list[RequestSample], slo: SloLimits | None = None) -> CellResult:
+def cell_of(samples: list[RequestSample], slo: SloSpec | None = None) -> CellResult:
     return CellResult(concurrency=1, prompt_class="code", prompt_tokens=40, max_tokens=48, wall_s=10.0,
                       window=SpecWindow(), requests=samples, slo=slo)
 
@@ -119,12 +119,12 @@ def test_p99_needs_100_requests_and_itl_pools_chunk_gaps_within_half_a_percent()
 
 def test_goodput_counts_requests_within_every_slo() -> None:
     samples = [sample(0, ttft_s=0.05), sample(1, ttft_s=0.5), sample(2, decode_s=4.7), sample(3, status="error")]
-    cell = cell_of(samples, SloLimits(ttft_ms=100.0, tpot_ms=50.0))
+    cell = cell_of(samples, SloSpec(ttft_ms=100.0, tpot_ms=50.0))
     # 0 meets both; 1 misses TTFT; 2 misses TPOT (100 ms/token); a failed request never meets an SLO
     assert cell.goodput_share == pytest.approx(0.25)
     assert cell.goodput_tok_s == pytest.approx(48 / 10.0)
     assert cell_of(samples).goodput_share is None and cell_of(samples).goodput_tok_s is None
-    assert cell_of(samples, SloLimits(e2e_ms=1000.0)).goodput_share == pytest.approx(0.5)
+    assert cell_of(samples, SloSpec(e2e_ms=1000.0)).goodput_share == pytest.approx(0.5)
 
 
 def test_an_unknown_slo_name_is_one_line_naming_it_and_the_known_ones(tmp_path: object) -> None:

@@ -11,7 +11,7 @@ from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
 from specwatch.bench.prompts import Prompt, build_prompt, repetition_ratio
-from specwatch.records import CellKey, CellResult, RequestSample, SloLimits
+from specwatch.records import CellKey, CellResult, RequestSample
 
 
 async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
@@ -60,7 +60,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         max_running_observed=peak,
         kv_cache_usage_peak=kv_peak,
         kv_cache_polls=kv_polls,
-        slo=None if wl.slo is None else SloLimits.model_validate(wl.slo.model_dump()),
+        slo=wl.slo,
         requests=samples,
     )
     return gate(cell, gates)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from specwatch import records as r
+from specwatch.spec import SloSpec
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -26,7 +27,7 @@ def cell(concurrency: int, prompt_class: str, decode_s: float, per_pos: list[flo
     return r.CellResult(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128, max_tokens=33,
                       wall_s=decode_s * requests / concurrency, window=window, max_running_observed=concurrency,
                       kv_cache_usage_peak=0.05 * concurrency, kv_cache_polls=3,
-                      slo=r.SloLimits(ttft_ms=100.0, tpot_ms=40.0), requests=samples)
+                      slo=SloSpec(ttft_ms=100.0, tpot_ms=40.0), requests=samples)
 
 
 def arm(name: str, k: int, decode_s: float, per_pos: list[float]) -> r.ArmResult:
