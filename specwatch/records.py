@@ -447,6 +447,12 @@ class CellResult(_Record):
 
     @computed_field
     @property
+    def goodput_requests(self) -> int | None:
+        """Requests that met every SLO; None without an SLO."""
+        return None if self.slo is None else len(self._good())
+
+    @computed_field
+    @property
     def goodput_share(self) -> float | None:
         """Share of all the cell's requests (failed ones included) that met every SLO; None without an SLO."""
         if self.slo is None or not self.requests:

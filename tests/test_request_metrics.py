@@ -121,7 +121,7 @@ def test_goodput_counts_requests_within_every_slo() -> None:
     samples = [sample(0, ttft_s=0.05), sample(1, ttft_s=0.5), sample(2, decode_s=4.7), sample(3, status="error")]
     cell = cell_of(samples, SloSpec(ttft_ms=100.0, tpot_ms=50.0))
     # 0 meets both; 1 misses TTFT; 2 misses TPOT (100 ms/token); a failed request never meets an SLO
-    assert cell.goodput_share == pytest.approx(0.25)
+    assert cell.goodput_share == pytest.approx(0.25) and cell.goodput_requests == 1
     assert cell.goodput_tok_s == pytest.approx(48 / 10.0)
     assert cell_of(samples).goodput_share is None and cell_of(samples).goodput_tok_s is None
     assert cell_of(samples, SloSpec(e2e_ms=1000.0)).goodput_share == pytest.approx(0.5)

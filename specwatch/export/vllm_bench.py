@@ -97,7 +97,7 @@ def vllm_0_26_0(cell: CellResult, ctx: ExportContext) -> dict[str, Any]:
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": len(ok) / dur,
-        "request_goodput": None if cell.slo is None else round((cell.goodput_share or 0.0) * len(cell.requests)) / dur,
+        "request_goodput": None if cell.goodput_requests is None else cell.goodput_requests / dur,
         "output_throughput": total_out / dur,
         "total_token_throughput": (total_in + total_out) / dur,
         "latencies": [r.e2e_s for r in ok],

@@ -16,6 +16,7 @@ ALTER TABLE cells ADD COLUMN e2e_ms_p99 DOUBLE;
 ALTER TABLE cells ADD COLUMN slo_ttft_ms DOUBLE;
 ALTER TABLE cells ADD COLUMN slo_tpot_ms DOUBLE;
 ALTER TABLE cells ADD COLUMN slo_e2e_ms DOUBLE;
+ALTER TABLE cells ADD COLUMN goodput_requests INTEGER;
 ALTER TABLE cells ADD COLUMN goodput_share DOUBLE;
 ALTER TABLE cells ADD COLUMN goodput_tok_s DOUBLE;
 ALTER TABLE cells ADD COLUMN kv_cache_usage_peak DOUBLE;
