@@ -45,7 +45,7 @@ _KV_USAGE_LINE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})?\s+(\S+)", 
 
 
 def kv_cache_usage(text: str) -> float | None:
-    """vllm:kv_cache_usage_perc (a 0..1 share despite its name), the fullest engine's; a regex, as above."""
+    """vllm:kv_cache_usage_perc (a 0..1 share despite its name), fullest engine; a regex, like running_requests."""
     values = _KV_USAGE_LINE.findall(text)
     return max(float(v) for v in values) if values else None
 
