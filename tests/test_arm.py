@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specwatch.engine import processes
-from specwatch.engine.arm import k_from_log, run_arm
+from specwatch.engine.arm import k_from_log, kv_from_log, run_arm
 from specwatch.engine.launchers import LaunchContext
 from specwatch.records import CheckpointFacts, ImageRef
 from specwatch.spec import ExperimentSpec
@@ -46,6 +46,8 @@ def test_command_arm_runs_and_confirms_k_from_metrics(tmp_path: Path) -> None:
     result = launch(tmp_path, experiment(env={"HF_TOKEN": "hf_secret_value"}))
     assert result.status == "ok", result.reason
     assert result.launch.k_confirmed == 3 and result.launch.k_source == "metrics"
+    # fake_vllm's cache_config_info: 4096 blocks of 16 tokens
+    assert (result.launch.kv_cache_tokens, result.launch.kv_cache_source) == (65536, "metrics")
     assert [(c.concurrency, c.prompt_class) for c in result.cells] == [(1, "json"), (2, "json")]
     assert all(c.window.mean_acceptance_length > 1 for c in result.cells)
     assert result.launch.env["HF_TOKEN"] == "***"
@@ -107,6 +109,17 @@ def test_k_from_boot_log(tmp_path: Path, text: str, k: int | None) -> None:
     log = tmp_path / "server.log"
     log.write_text(f"INFO start\n{text}\n")
     assert k_from_log(log) == k
+
+
+@pytest.mark.parametrize("text,tokens", [
+    ("INFO [kv_cache_utils.py:1234] GPU KV cache size: 1,234,560 tokens, Maximum concurrency for 4,096", 1234560),
+    ("INFO CPU KV cache size: 65,536 tokens", 65536),
+    ("no capacity logged", None),
+])
+def test_kv_capacity_from_boot_log(tmp_path: Path, text: str, tokens: int | None) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(f"INFO start\n{text}\n")
+    assert kv_from_log(log) == tokens
 
 
 def test_k_ladder_falls_back_when_the_server_rejects_k_at_startup(tmp_path: Path) -> None:

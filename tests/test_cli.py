@@ -88,6 +88,17 @@ def test_bench_rate_cells_in_the_json(tmp_path: Path) -> None:
     assert (cell["request_rate"], cell["arrival"], cell["burstiness"]) == (20.0, "gamma", 2.0)
     assert cell["achieved_rate"] > 10 and cell["send_lateness_ms_p99"] >= 0
     assert "r=20/s" in res.output
+def test_bench_saves_vllm_results_with_goodput(tmp_path: Path) -> None:
+    out = tmp_path / "vllm.jsonl"
+    with run_fake_vllm(fake_args()) as url:
+        res = runner.invoke(app, bench_args(url, "--slo", "ttft_ms=10000,tpot_ms=10000", "--save-result", str(out),
+                                            "--json", str(tmp_path / "b.json")))
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [d["max_concurrency"] for d in lines] == [1, 2] and lines[0]["model_id"] == "demo"
+    assert lines[0]["request_goodput"] == pytest.approx(lines[0]["request_throughput"])  # loose SLOs: all good
+    cell = json.loads((tmp_path / "b.json").read_text())["cells"][0]
+    assert cell["goodput_share"] == 1.0 and cell["slo_ttft_ms"] == 10000.0 and cell["ttft_ms_p50"] > 0
 
 
 def test_bench_exits_4_when_a_cell_is_rejected() -> None:
@@ -104,6 +115,9 @@ def test_bench_exits_4_when_a_cell_is_rejected() -> None:
     (["--rate", "2,0"], "--rate: rate 0.0 is not a positive number"),
     (["--rate", "fast"], "--rate 'fast'"),
     (["--rate", "2", "--burstiness", "0.5"], "needs arrival: gamma"),
+    (["--slo", "itl_ms=20"], "--slo: unknown SLO 'itl_ms'; the known SLOs are ttft_ms, tpot_ms, e2e_ms"),
+    (["--slo", "ttft_ms"], "--slo 'ttft_ms': write NAME=MS pairs"),
+    (["--kv-poll", "0.2s"], "--kv-poll"),
 ])
 def test_bench_bad_options_are_one_line(args: list[str], message: str) -> None:
     res = runner.invoke(app, bench_args("http://127.0.0.1:9", *args))

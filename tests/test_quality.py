@@ -261,3 +261,27 @@ def test_prefect_task_opens_the_file(con: duckdb.DuckDBPyConnection, db_path: Pa
     assert [(r.arm, r.concurrency, r.prompt_class, r.metric) for r in failures(records)] == [
         ("cand", 1, "code", "decode_tok_s_median")
     ]
+
+
+def test_goodput_and_p99_regressions_are_flagged_with_their_direction(con: duckdb.DuckDBPyConnection) -> None:
+    add_grid(con, "base", 3, K3)
+    add_grid(con, "cand", 3, K3)
+    con.execute("UPDATE cells SET goodput_share = 0.9, goodput_tok_s = 40.0, ttft_ms_p99 = 200.0, tpot_ms_p99 = 25.0")
+    # cand c=4 code: goodput share falls 0.9 -> 0.6, TTFT p99 rises 200 -> 300 ms (both worse by a third);
+    # cand c=1 code: TPOT p99 falls 25 -> 20 ms (better: lower latency is no regression)
+    con.execute("UPDATE cells SET goodput_share = 0.6, ttft_ms_p99 = 300.0 WHERE arm = 'cand' AND cell = $c",
+                {"c": cell_id(4, "code")})
+    con.execute("UPDATE cells SET tpot_ms_p99 = 20.0 WHERE arm = 'cand' AND cell = $c", {"c": cell_id(1, "code")})
+
+    records = run_checks(con, RUN, "base", TH)
+
+    bad = sorted(failures(records), key=lambda r: r.metric)
+    assert [(r.check, r.metric, r.cell) for r in bad] == [
+        ("regression.goodput", "goodput_share", cell_id(4, "code")),
+        ("regression.latency_p99", "ttft_ms_p99", cell_id(4, "code")),
+    ]
+    assert bad[0].detail == "goodput share 0.600 vs baseline 0.900 (-33.3%, band 5%)"
+    assert bad[1].detail == "TTFT p99 ms 300.0 vs baseline 200.0 (-33.3%, band 5%)"
+    # every cell pair is judged on all four set figures; the unset ones (ITL/E2E p99) are not compared
+    latency = [r for r in records if r.check in ("regression.goodput", "regression.latency_p99")]
+    assert len(latency) == 4 * 4 and not any(r.metric in ("itl_ms_p99", "e2e_ms_p99") for r in latency)

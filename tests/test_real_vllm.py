@@ -81,6 +81,9 @@ def test_both_arms_landed_with_confirmed_k(ab_run) -> None:
     assert [(a[0], a[1], a[2], a[3], a[4], a[5]) for a in arms] == [
         ("k3", "ok", 3, 3, "boot_log", "0.32.0"), ("k5", "ok", 5, 5, "boot_log", "0.32.0")]
     assert all(a[6].startswith("sha256:") and a[7] > 0 for a in arms)
+    # vllm:cache_config_info (num_gpu_blocks x block_size; checked by hand: 43,648 tokens, as the boot log says)
+    capacity = rows(db, "select kv_cache_tokens, kv_cache_source from arms")
+    assert all(tokens and tokens > 0 and source == "metrics" for tokens, source in capacity)
 
 
 def test_cells_hold_windowed_acceptance_and_usage_counts(ab_run) -> None:
@@ -98,6 +101,10 @@ def test_cells_hold_windowed_acceptance_and_usage_counts(ab_run) -> None:
         assert decode > 0
     positions = rows(db, "select arm, count(distinct position) from spec_positions group by arm order by arm")
     assert positions == [("k3", 3), ("k5", 5)]
+    # every request carries its own x-request-id; a cell's ITL median is a positive chunk gap
+    ids = rows(db, "select count(*), count(distinct request_id) from requests")
+    assert ids[0][0] == ids[0][1] > 0
+    assert all(v[0] > 0 for v in rows(db, "select itl_ms_p50 from cells"))
 
 
 def test_quality_report_and_cleanup(ab_run) -> None:

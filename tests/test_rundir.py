@@ -42,6 +42,32 @@ def test_a_file_written_before_schema_version_upgrades(tmp_path: Path) -> None:
         con.close()
 
 
+# Written by main's code at 55b2786 (schema v2: no request ids, ITL, SLO or KV-cache figures).
+V2 = Path(__file__).parent / "data" / "results-v2.json"
+
+
+def test_a_v2_file_upgrades_to_v3_with_the_new_figures_unknown(tmp_path: Path) -> None:
+    doc = json.loads(V2.read_text())
+    assert doc["schema_version"] == 2 and "request_id" not in doc["arms"][0]["cells"][0]["requests"][0]
+    shutil.copy(V2, tmp_path / RESULTS_FILE)
+    result = read_raw(tmp_path)
+    assert result.schema_version == RESULTS_SCHEMA_VERSION == 3
+    cell = result.arms[0].cells[0]
+    assert cell.decode_tok_s_median == pytest.approx(doc["arms"][0]["cells"][0]["decode_tok_s_median"])
+    # never measured in v2: unknown, not zero
+    assert cell.requests[0].request_id is None and cell.requests[0].itl_hist is None
+    assert cell.itl_ms_p50 is None and cell.goodput_share is None and cell.window.preemptions is None
+    assert cell.kv_cache_usage_peak is None and result.arms[0].launch.kv_cache_tokens is None
+    assert cell.ttft_ms_p50 == pytest.approx(50.0)  # recomputed from the v2 samples
+    db = tmp_path / "h.duckdb"
+    ingest(result, db)
+    con = connect(db)
+    try:
+        assert load(con, result.run_id) == result
+    finally:
+        con.close()
+
+
 def test_todays_file_round_trips(tmp_path: Path) -> None:
     result = rf.run()
     write_raw(result, tmp_path)
@@ -57,7 +83,7 @@ def test_an_unknown_key_is_refused_and_named(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     doc["arms"][1]["cells"][2]["decode_tok_per_s"] = 1.0  # a misspelt field
     path.write_text(json.dumps(doc))
-    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 2"):
+    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 3"):
         read_raw(tmp_path)
 
 

@@ -29,6 +29,12 @@ METRICS: dict[str, Metric] = {
     "aggregate_tok_s": Metric("aggregate_tok_s", True, "tok/s", "aggregate tok/s (all streams / wall)"),
     "ttft": Metric("ttft_s_median", False, "s", "TTFT (median)"),
     "tpot": Metric("tpot_ms_median", False, "ms", "TPOT (median)"),
+    "ttft_ms_p99": Metric("ttft_ms_p99", False, "ms", "TTFT p99 (null under 100 requests)"),
+    "tpot_ms_p99": Metric("tpot_ms_p99", False, "ms", "TPOT p99 (null under 100 requests)"),
+    "itl_ms_p99": Metric("itl_ms_p99", False, "ms", "ITL p99, chunk gaps (null under 100 requests)"),
+    "e2e_ms_p99": Metric("e2e_ms_p99", False, "ms", "E2E p99 (null under 100 requests)"),
+    "goodput_share": Metric("goodput_share", True, "ratio", "goodput share (requests within every SLO)"),
+    "goodput_tok_s": Metric("goodput_tok_s", True, "tok/s", "goodput tok/s (tokens of requests within the SLO)"),
 }
 
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable
 from specwatch.bench.client import Client, Output
 from specwatch.bench.corpus import sources
 from specwatch.bench.gates import Gates, gate
-from specwatch.bench.gauge import max_running
+from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
 from specwatch.bench.prompts import Prompt, PromptRequest, repetition_ratio
@@ -30,7 +30,9 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     results: list[tuple[RequestSample, Output]] = []
 
     async def send(index: int, prompt: Prompt, scheduled: float | None = None) -> None:
-        sample, output = await client.stream(index, prompt, prompt.max_tokens or wl.max_tokens)
+        # Unique per run, arm, block (the namespace), cell and index: joins samples with server logs.
+        sample, output = await client.stream(index, prompt, prompt.max_tokens or wl.max_tokens,
+                                             request_id=f"{client.target.namespace}/{key.id}/{index}")
         results.append((sample.model_copy(update={"scheduled_s": scheduled}), output))
 
     shape = load_shape(wl, key)  # an open loop's schedule is drawn here, before the window opens
@@ -38,9 +40,11 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     stop = asyncio.Event()
     # Open loop has no concurrency to reach, so the gauge (which costs the server) is not polled.
     sampler = asyncio.create_task(max_running(client, stop, key.concurrency)) if key.concurrency else None
+    kv = None if wl.kv_poll_s is None else asyncio.create_task(kv_cache_peak(client, stop, wl.kv_poll_s))
     outcome = await shape.run(LoadContext(key.concurrency or 0, pool, make, send, client.metrics))  # 0: open loop
     stop.set()
     peak = await sampler if sampler else None
+    kv_peak, kv_polls = (None, 0) if kv is None else await kv
 
     samples = []
     for sample, output in sorted(results, key=lambda r: r[0].index):
@@ -67,6 +71,9 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         wall_s=outcome.wall_s,
         window=window(before, outcome.after),
         max_running_observed=peak,
+        kv_cache_usage_peak=kv_peak,
+        kv_cache_polls=kv_polls,
+        slo=wl.slo,
         requests=samples,
         prefix_cache_gate=wl.nonce and not source.reuses_prefixes,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import httpx
 from specwatch.bench.metrics import MetricsSnapshot, parse_metrics, running_requests
 from specwatch.bench.prompts import Conversation, Prompt, user
 from specwatch.bench.protocols import RequestProtocol, protocol_for
-from specwatch.records import ARRIVAL_GAP_S, RequestSample
+from specwatch.records import ARRIVAL_GAP_S, RequestSample, itl_bucket
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
 Output = list[int] | str  # token ids when the server sends them, else text
@@ -90,10 +91,13 @@ class Client:
         resp.raise_for_status()
         return parse_metrics(resp.text)
 
-    async def running(self) -> float | None:
+    async def metrics_text(self) -> str:
         resp = await self.http.get("/metrics")
         resp.raise_for_status()
-        return running_requests(resp.text)
+        return resp.text
+
+    async def running(self) -> float | None:
+        return running_requests(await self.metrics_text())
 
     async def check_ready(self) -> None:
         try:
@@ -111,12 +115,15 @@ class Client:
             raise BenchError(self.protocol.refused(self.target.model, f"/tokenize: HTTP {exc.response.status_code} "
                                                    f"{_error_message(exc.response)}")) from None
 
-    async def stream(self, index: int, prompt: Prompt, max_tokens: int) -> tuple[RequestSample, Output]:
-        """One streamed request; returns its sample and output.
+    async def stream(self, index: int, prompt: Prompt, max_tokens: int,
+                     request_id: str | None = None) -> tuple[RequestSample, Output]:
+        """One streamed request, sent with `x-request-id: request_id`; returns its sample and output.
 
+        Without a request_id (warm-up, probes) one unique to the namespace is made up.
         Never raises for request failures: they are samples with a status.
         """
         body = self.protocol.body(self.target.model, prompt, max_tokens, self.sampling)
+        request_id = request_id or f"{self.target.namespace}/{uuid.uuid4().hex[:12]}"
         t0 = time.perf_counter()
         t_first: float | None = None
         t_last: float | None = None
@@ -125,11 +132,17 @@ class Client:
         parts: list[str] = []
         ids: list[int] = []
         gaps: list[float] = []
+        spec: dict[str, Any] = {}
 
         def sample(status: str, error: str | None = None) -> RequestSample:
             now = time.perf_counter()
+            itl: dict[int, int] = {}
+            for g in gaps:
+                bucket = itl_bucket(g * 1000.0)
+                itl[bucket] = itl.get(bucket, 0) + 1
             return RequestSample.model_validate(dict(
                 index=index,
+                request_id=request_id,
                 prompt_tokens=prompt.tokens,
                 status=status,
                 error=error,
@@ -141,10 +154,16 @@ class Client:
                 decode_s=None if t_first is None or t_last is None else t_last - t_first,
                 arrival_groups=None if t_first is None else 1 + sum(g > ARRIVAL_GAP_S for g in gaps),
                 max_tokens=prompt.max_tokens,
+                itl_hist=itl or None,
+                spec_steps=spec.get("num_spec_steps"),
+                spec_accepted_tokens=spec.get("num_accepted_draft_tokens"),
+                spec_draft_tokens=spec.get("num_draft_tokens"),
+                spec_acceptance_histogram=spec.get("acceptance_histogram"),
             ))
 
         try:
-            async with self.http.stream("POST", self.protocol.path, json=body) as resp:
+            async with self.http.stream("POST", self.protocol.path, json=body,
+                                        headers={"x-request-id": request_id}) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode(errors="replace")[:200]
                     return sample("error", f"HTTP {resp.status_code}: {text}"), ""
@@ -157,6 +176,8 @@ class Client:
                     event = json.loads(data)
                     if event.get("usage"):
                         usage = event["usage"]
+                        # vLLM --per-request-spec-decode-metrics: rides on the final usage chunk.
+                        spec = (event.get("metrics") or {}).get("speculative_decoding") or {}
                     for choice in event.get("choices") or []:
                         text, token_ids = self.protocol.delta(choice)
                         if text or token_ids:

@@ -7,6 +7,7 @@ import asyncio
 import httpx
 
 from specwatch.bench.client import Client
+from specwatch.bench.metrics import kv_cache_usage
 
 GAUGE_PERIOD_S = 0.2
 MIN_GAUGE_SAMPLES = 3
@@ -37,3 +38,27 @@ async def max_running(client: Client, stop: asyncio.Event, concurrency: int) -> 
         if len(peaks) >= MIN_GAUGE_SAMPLES and max(peaks) >= concurrency:
             break
     return int(max(peaks)) if len(peaks) >= MIN_GAUGE_SAMPLES else None
+
+
+async def kv_cache_peak(client: Client, stop: asyncio.Event, period_s: float) -> tuple[float | None, int]:
+    """Peak KV-cache usage (vllm:kv_cache_usage_perc) over polls every `period_s` all cell long, and the poll count.
+
+    Unlike the running gauge this cannot stop early, so it polls at 1 s or slower: what a
+    poll costs the server is measured by benchmarks/kv_poll_cost.py.
+    """
+    peak: float | None = None
+    polls = 0
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), period_s)
+            break
+        except TimeoutError:
+            pass
+        try:
+            usage = kv_cache_usage(await client.metrics_text())
+        except httpx.HTTPError:
+            continue
+        if usage is not None:
+            polls += 1
+            peak = usage if peak is None else max(peak, usage)
+    return peak, polls

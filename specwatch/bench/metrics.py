@@ -21,6 +21,7 @@ COUNTERS: dict[str, str] = {
     "server_prompt_tokens": "vllm:prompt_tokens_total",
     "prefix_cache_hits": "vllm:prefix_cache_hits_total",
     "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "preemptions": "vllm:num_preemptions_total",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 
@@ -31,11 +32,30 @@ class MetricsSnapshot:
 
     totals: dict[str, float] = field(default_factory=dict)
     per_position: dict[int, float] = field(default_factory=dict)
+    kv_cache_tokens: int | None = None  # capacity, from vllm:cache_config_info (summed over engines)
 
     @property
     def positions(self) -> int:
         """How many speculative positions the server reports: its k, once it has drafted."""
         return len(self.per_position)
+
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
+_KV_USAGE_LINE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})?\s+(\S+)", re.MULTILINE)
+
+
+def kv_cache_usage(text: str) -> float | None:
+    """vllm:kv_cache_usage_perc (a 0..1 share despite its name), fullest engine; a regex, like running_requests."""
+    values = _KV_USAGE_LINE.findall(text)
+    return max(float(v) for v in values) if values else None
+
+
+def _capacity(labels: dict[str, str]) -> int | None:
+    """Tokens one engine's KV cache holds: newer vLLM labels it (group-aware), else blocks x block size."""
+    if (tokens := labels.get("kv_cache_size_tokens", "")).isdigit():
+        return int(tokens)
+    blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    return int(blocks) * int(size) if blocks.isdigit() and size.isdigit() else None
 
 
 _RUNNING_LINE = re.compile(r"^vllm:num_requests_running(?:\{[^}]*\})?\s+(\S+)", re.MULTILINE)
@@ -56,15 +76,19 @@ def parse_metrics(text: str) -> MetricsSnapshot:
     wanted = {name: key for key, name in COUNTERS.items()}
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
+    capacities: list[int] = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in wanted:
+            if sample.name == CACHE_CONFIG_INFO and (tokens := _capacity(sample.labels)) is not None:
+                capacities.append(tokens)
+            elif sample.name in wanted:
                 key = wanted[sample.name]
                 totals[key] = totals.get(key, 0.0) + sample.value
             elif sample.name == PER_POSITION:
                 pos = int(sample.labels["position"])
                 per_position[pos] = per_position.get(pos, 0.0) + sample.value
-    return MetricsSnapshot(totals=totals, per_position=per_position)
+    return MetricsSnapshot(totals=totals, per_position=per_position,
+                           kv_cache_tokens=sum(capacities) if capacities else None)
 
 
 def window(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecWindow:

@@ -24,6 +24,7 @@ from specwatch.records import ArmResult, CheckpointFacts, ImageRef
 from specwatch.spec import ArmSpec, ExperimentSpec
 
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
+_KV_IN_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
 
 
 def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> float:
@@ -66,6 +67,23 @@ def confirm_k(arm: ArmSpec, handle: ServerHandle, snapshot: MetricsSnapshot) -> 
         raise LaunchError(f"arm asks for k={arm.k} but the server runs {seen}")
     if arm.k is None and k:
         raise LaunchError(f"arm has speculation off but the server runs k={k} (from {source})")
+
+
+def kv_from_log(log_path: Path | None) -> int | None:
+    """vLLM logs its KV-cache capacity at boot: `GPU KV cache size: 1,234,560 tokens` (CPU: `CPU KV cache size`)."""
+    if log_path is None or not log_path.exists():
+        return None
+    found = _KV_IN_LOG.findall(log_path.read_text(errors="replace"))
+    return int(found[-1].replace(",", "")) if found else None
+
+
+def record_kv_capacity(handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
+    """KV-cache capacity in tokens: vllm:cache_config_info's labels, else the boot log (synced by confirm_k)."""
+    tokens, source = snapshot.kv_cache_tokens, "metrics"
+    if tokens is None:
+        tokens, source = kv_from_log(handle.record.log_path), "boot_log"
+    handle.record = handle.record.model_copy(update={"kv_cache_tokens": tokens,
+                                                     "kv_cache_source": None if tokens is None else source})
 
 
 def run_arm(
@@ -115,7 +133,9 @@ def _launch_once(
             boot_s = wait_ready(handle, arm.boot_timeout_s)
             handle.record = handle.record.model_copy(update={"boot_s": boot_s})
             target = BenchTarget(handle.base_url, spec.served_name, namespace)
-            confirm_k(arm, handle, asyncio.run(prepare(target, spec.workload, spec.sampling)))
+            snapshot = asyncio.run(prepare(target, spec.workload, spec.sampling))
+            confirm_k(arm, handle, snapshot)
+            record_kv_capacity(handle, snapshot)
             probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
             cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,

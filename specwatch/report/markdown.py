@@ -8,9 +8,10 @@ regenerates the same report from DuckDB alone.
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import median
 
 from specwatch.analysis.verdict import Assessment, assess
-from specwatch.records import RunResult
+from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
 from specwatch.report.rows import headline, metric_rows, verdict_rows
 from specwatch.spec import ExperimentSpec, stored_spec
@@ -47,8 +48,10 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
             continue
         seen.add(arm.name)
         env = " ".join(f"{k}={v}" for k, v in arm.launch.env.items())
+        kv = arm.launch.kv_cache_tokens
         lines.append(f"- arm `{arm.name}` launch: `{' '.join(arm.launch.argv) or arm.launch.base_url}`"
-                     + (f" with env `{env}`" if env else ""))
+                     + (f" with env `{env}`" if env else "")
+                     + (f"; KV cache {kv:,} tokens (from {arm.launch.kv_cache_source})" if kv else ""))
     lines += [
         f"- workload: prompt classes {', '.join(wl.classes)}; {wl.prompt_tokens} prompt tokens, "
         f"{wl.max_tokens} output tokens (ignore_eos); concurrency {wl.concurrency}; "
@@ -121,7 +124,44 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, fig
         for row in assessment.cost_rows:
             lines.append(f"- agreement: `{row.arm}` k={row.k} measured {row.measured_tok_s:.1f} tok/s, predicted "
                          f"{row.predicted_tok_s:.1f} from the baseline's curve ({row.error * 100:+.1f}%)")
+    lines += _latency(result)
     lines += ["", *[f"![{name}]({name})" for name in figures]]
+    return lines
+
+
+# (column, CellResult figure, format): the latency table, each a median over the arm's accepted blocks.
+LATENCY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("TTFT p50/p99 ms", "ttft_ms", ".0f"), ("TPOT p50/p99 ms", "tpot_ms", ".1f"), ("ITL p50/p99 ms", "itl_ms", ".1f"),
+    ("E2E p50/p99 ms", "e2e_ms", ".0f"),
+)
+
+
+def _median_of(cells: list[CellResult], attr: str) -> float | None:
+    values = [v for c in cells if (v := getattr(c, attr)) is not None]
+    return median(values) if values else None
+
+
+def _latency(result: RunResult) -> list[str]:
+    """Latency percentiles, goodput and KV-cache figures per arm and cell (p99 is '-' under 100 requests)."""
+    groups: dict[tuple[str, str], list[CellResult]] = {}
+    for arm in result.arms:
+        for c in arm.cells:
+            if not c.rejected:
+                groups.setdefault((arm.name, c.cell), []).append(c)
+    if not groups:
+        return []
+    head = " | ".join(name for name, _, _ in LATENCY_COLUMNS)
+    lines = ["", "Latency (medians over blocks; p99 needs >= 100 requests), goodput and KV cache:", "",
+             f"| arm | cell | {head} | goodput share | goodput tok/s | KV peak | preemptions |",
+             "|---|---|" + "---|" * (len(LATENCY_COLUMNS) + 4)]
+    for (name, cell), cells in groups.items():
+        figures = [f"{_fmt(_median_of(cells, f'{attr}_p50'), spec)}/{_fmt(_median_of(cells, f'{attr}_p99'), spec)}"
+                   for _, attr, spec in LATENCY_COLUMNS]
+        preempt = [c.window.preemptions for c in cells if c.window.preemptions is not None]
+        lines.append(f"| {name} | {cell} | {' | '.join(figures)} | {_fmt(_median_of(cells, 'goodput_share'), '.0%')} | "
+                     f"{_fmt(_median_of(cells, 'goodput_tok_s'), '.1f')} | "
+                     f"{_fmt(_median_of(cells, 'kv_cache_usage_peak'), '.0%')} | "
+                     f"{_fmt(sum(preempt) if preempt else None, '.0f')} |")
     return lines
 
 

@@ -76,6 +76,12 @@ _REGRESSION_LABELS: dict[str, tuple[str, str]] = {
     "decode_tok_s_median": ("decode tok/s", ".1f"),
     "ttft_s_median": ("TTFT s", ".3f"),
     "mean_acceptance_length": ("mean acceptance length", ".2f"),
+    "goodput_share": ("goodput share", ".3f"),
+    "goodput_tok_s": ("goodput tok/s", ".1f"),
+    "ttft_ms_p99": ("TTFT p99 ms", ".1f"),
+    "tpot_ms_p99": ("TPOT p99 ms", ".2f"),
+    "itl_ms_p99": ("ITL p99 ms", ".2f"),
+    "e2e_ms_p99": ("E2E p99 ms", ".0f"),
 }
 
 

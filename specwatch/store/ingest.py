@@ -13,6 +13,7 @@ import pandas as pd
 from pydantic import BaseModel
 
 from specwatch.records import (
+    SLO_NAMES,
     ArmResult,
     CellResult,
     CheckpointFacts,
@@ -74,6 +75,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             "k": arm.k,
             "k_confirmed": launch.k_confirmed if launch else None,
             "k_source": launch.k_source if launch else None,
+            "kv_cache_tokens": launch.kv_cache_tokens if launch else None,
+            "kv_cache_source": launch.kv_cache_source if launch else None,
             "k_requested": arm.k_requested,
             "fallback_reason": arm.fallback_reason,
             "status": arm.status,
@@ -98,6 +101,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             for r in cell.requests:
                 row = r.model_dump()
                 row["idx"] = row.pop("index")
+                row["itl_hist"] = None if r.itl_hist is None else json.dumps(r.itl_hist)
                 requests.append({**ckey, **row})
             w = cell.window
             for pos, (acc, rate) in enumerate(zip(w.accepted_per_position or [], w.acceptance_per_position or [],
@@ -154,8 +158,11 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
     cell_key = ("arm", "block", "cell")
     requests: dict[tuple[Any, ...], list[RequestSample]] = {}
     for r in _rows(con, "requests", run_id):
-        requests.setdefault(tuple(r[k] for k in cell_key), []).append(
-            RequestSample.model_validate(_own(RequestSample, r, index="idx")))
+        hist = r["itl_hist"] and json.loads(r["itl_hist"])
+        histogram = r["spec_acceptance_histogram"]
+        requests.setdefault(tuple(r[k] for k in cell_key), []).append(RequestSample.model_validate({
+            **_own(RequestSample, r, index="idx"), "itl_hist": hist,
+            "spec_acceptance_histogram": None if histogram is None else list(histogram)}))
     positions: dict[tuple[Any, ...], dict[int, float]] = {}
     for p in _rows(con, "spec_positions", run_id):
         positions.setdefault(tuple(p[k] for k in cell_key), {})[p["position"]] = p["accepted"]
@@ -165,7 +172,9 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         per_pos = positions.get(key)
         accepted = [per_pos[i] for i in sorted(per_pos)] if per_pos else None
         window = SpecWindow.model_validate({**_own(SpecWindow, c), "accepted_per_position": accepted})
-        cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "requests": sorted(
+        limits = {name: c[f"slo_{name}"] for name in SLO_NAMES if c[f"slo_{name}"] is not None}
+        cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "slo": limits or None,
+                                          "requests": sorted(
             requests.get(key, []), key=lambda r: r.index), "flags": [] if c["flags"] is None else list(c["flags"])})
         cells.setdefault(key[:2], []).append(cell)
     probes: dict[tuple[Any, ...], list[list[int]]] = {}
@@ -183,6 +192,7 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         launch = LaunchRecord(launcher=a["launcher"], base_url=a["base_url"], argv=json.loads(a["launch_argv"]),
                               env=json.loads(a["launch_env"]), log_path=a["log_path"], boot_s=a["boot_s"],
                               k_confirmed=a["k_confirmed"], k_source=a["k_source"],
+                              kv_cache_tokens=a["kv_cache_tokens"], kv_cache_source=a["kv_cache_source"],
                               ranks=ranks.get(key, [])) if a["launcher"] else None
         arms.append(ArmResult.model_validate({
             **_own(ArmResult, a, name="arm"), "image_ref": image, "launch": launch, "probes": probes.get(key),

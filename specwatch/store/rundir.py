@@ -38,8 +38,15 @@ def _v1_to_v2(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 2}
 
 
+def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
+    # v3 added request ids, chunk-gap (ITL) histograms, per-request speculative figures, SLOs,
+    # KV-cache and preemption figures. v2 never measured them: they stay None (not 0), which
+    # their defaults already say, so the lift is the version alone.
+    return {**doc, "schema_version": 3}
+
+
 # schema_version -> the function that lifts a document of that version by one.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,34 @@ metric AS (
         WHERE NOT c.rejected
         GROUP BY b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind, sc.position
     ) pos
+    UNION ALL
+    -- goodput (higher is better) and p99 latencies (lower is better), each the median over the
+    -- arm's blocks on both sides; a NULL (no SLO, or under 100 requests) is no comparison
+    SELECT l.arm, l.concurrency, l.prompt_class, l.prompt_tokens, l.cell, l.baseline_run, l.kind,
+           CASE WHEN l.metric LIKE 'goodput%' THEN 'history.goodput' ELSE 'history.latency_p99' END,
+           l.metric, NULL, l.value, l.baseline_value,
+           CASE WHEN l.lower THEN l.baseline_value / l.value - 1 ELSE l.value / l.baseline_value - 1 END
+    FROM (
+        SELECT b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind,
+               c.m.metric AS metric, c.m.lower AS lower,
+               median(c.m.value) FILTER (WHERE c.run_id = $run_id) AS value,
+               median(c.m.value) FILTER (WHERE c.run_id = b.baseline_run) AS baseline_value
+        FROM base b
+        JOIN (
+            SELECT run_id, arm, cell, rejected, unnest([
+                {'metric': 'goodput_share', 'lower': false, 'value': goodput_share},
+                {'metric': 'goodput_tok_s', 'lower': false, 'value': goodput_tok_s},
+                {'metric': 'ttft_ms_p99', 'lower': true, 'value': ttft_ms_p99},
+                {'metric': 'tpot_ms_p99', 'lower': true, 'value': tpot_ms_p99},
+                {'metric': 'itl_ms_p99', 'lower': true, 'value': itl_ms_p99},
+                {'metric': 'e2e_ms_p99', 'lower': true, 'value': e2e_ms_p99}]) AS m
+            FROM cells
+        ) c
+          ON c.cell = b.cell
+         AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
+        WHERE NOT c.rejected
+        GROUP BY ALL
+    ) l
 )
 SELECT
     (row_number() OVER (ORDER BY arm, concurrency, prompt_class, check_name, position NULLS FIRST) - 1)::BIGINT

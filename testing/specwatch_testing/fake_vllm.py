@@ -105,6 +105,8 @@ class Settings:
     max_num_seqs: int = 256
     log_interval_s: float = 10.0
     chat: bool = True  # the model has a chat template
+    num_gpu_blocks: int = 4096  # KV-cache capacity, in BLOCK_SIZE-token blocks
+    per_request_spec_decode_metrics: str = "none"  # none | summary, as vLLM's flag
 
     @property
     def conditional(self) -> tuple[float, ...]:
@@ -160,6 +162,14 @@ class Metrics:
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be processed.", lab, registry=r)
         self.running.labels(**self._lv).set(0)
         self.waiting.labels(**self._lv).set(0)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", lab,
+                              registry=r).labels(**self._lv)
+        self.kv_usage.set(0)
+        # Counted when a step's blocks do not fit; the fake does not really evict anything.
+        self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption.").labels(**self._lv)
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                     ["block_size", "num_gpu_blocks", "engine"], registry=r)
+        info.labels(block_size=str(BLOCK_SIZE), num_gpu_blocks=str(s.num_gpu_blocks), engine="0").set(1)
         self.spec_enabled = s.method is not None
         if self.spec_enabled:  # vLLM registers these only when speculation is configured
             self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(**self._lv)
@@ -193,6 +203,7 @@ class TruthRecord:
     t_last_token: float | None = None
     steps: int = 0  # decode steps after the first token (== drafts with speculation)
     accepted: int = 0
+    acceptance_histogram: list[int] = field(default_factory=list)  # drafts by accepted tokens j = 0..k
     status: str = "running"  # ok | aborted
 
     @property
@@ -235,6 +246,7 @@ class Engine:
         self.completion_requests = 0
         self.running = 0
         self.waiting = 0
+        self.kv_tokens: dict[str, int] = {}  # running request -> tokens it holds in the KV cache
         self._sem = asyncio.Semaphore(s.max_num_seqs)
         self._cond = s.conditional
 
@@ -247,6 +259,17 @@ class Engine:
     def reset_truth(self) -> None:
         self.records = []
         self.totals = Totals(accepted_per_pos=[0] * self.s.k)
+
+    def _hold_kv(self, request_id: str, tokens: int) -> None:
+        """Blocks held by every running request, as vLLM's usage gauge; an overflow counts a preemption."""
+        if tokens:
+            self.kv_tokens[request_id] = tokens
+        else:
+            self.kv_tokens.pop(request_id, None)
+        used = sum(-(-t // BLOCK_SIZE) for t in self.kv_tokens.values())
+        if used > self.s.num_gpu_blocks:
+            self.metrics.preemptions.inc()
+        self.metrics.kv_usage.set(min(used / self.s.num_gpu_blocks, 1.0))
 
     def _step_s(self) -> float:
         s = self.s
@@ -282,7 +305,8 @@ class Engine:
         s, m, tot = self.s, self.metrics, self.totals
         text_rng = random.Random(f"{s.seed}:text:{prompt}")
         acc_rng = random.Random(f"{s.seed}:accept:{prompt}")
-        rec = TruthRecord(request_id, len(prompt_ids), max_tokens, t_arrival=self.now())
+        rec = TruthRecord(request_id, len(prompt_ids), max_tokens, t_arrival=self.now(),
+                          acceptance_histogram=[0] * (s.k + 1) if m.spec_enabled else [])
         admitted = False
         self.waiting += 1
         m.set_load(self.running, self.waiting)
@@ -337,9 +361,11 @@ class Engine:
                     tot.draft_tokens += s.k
                     tot.accepted += a
                     rec.accepted += a
+                    rec.acceptance_histogram[a] += 1
                 m.generation.inc(n)
                 tot.generation_tokens += n
                 emitted += n
+                self._hold_kv(request_id, p + emitted)
                 rec.completion_tokens = emitted
                 rec.t_last_token = self.now()
                 if rec.t_first_token is None:
@@ -349,6 +375,7 @@ class Engine:
             # Runs on normal end, on client disconnect (cancel) and on generator close.
             if admitted:
                 self.running -= 1
+                self._hold_kv(request_id, 0)
                 self._sem.release()
             else:
                 self.waiting -= 1
@@ -571,12 +598,26 @@ def build_app(s: Settings) -> FastAPI:
                         choice["stop_reason"] = None
                     yield _sse({**chunk_head, "choices": [choice]})
             if include_usage:
-                yield _sse({**chunk_head, "choices": [], "usage": usage_of(emitted)})
+                final: dict[str, Any] = {**chunk_head, "choices": [], "usage": usage_of(emitted)}
+                # vLLM --per-request-spec-decode-metrics: the figures ride on the final usage chunk.
+                rec = next((r for r in reversed(engine.records) if r.request_id == rid), None)
+                if s.per_request_spec_decode_metrics != "none" and rec and rec.acceptance_histogram:
+                    final["metrics"] = {"speculative_decoding": spec_decode_metrics(rec, s.k)}
+                yield _sse(final)
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     return app
+
+
+def spec_decode_metrics(rec: TruthRecord, k: int) -> dict[str, Any]:
+    """vLLM's `metrics.speculative_decoding` response object (RequestSpecDecodeMetrics.to_dict, summary)."""
+    steps = sum(rec.acceptance_histogram)
+    return {"mean_acceptance_length": 1.0 + rec.accepted / steps if steps else 1.0,
+            "draft_acceptance_rate": rec.accepted / (steps * k) if steps else 0.0,
+            "acceptance_histogram": list(rec.acceptance_histogram), "num_spec_steps": steps,
+            "num_accepted_draft_tokens": rec.accepted, "num_draft_tokens": steps * k, "num_spec_tokens": k}
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -619,6 +660,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     a("--log-interval-s", type=float, default=10.0, help="period of the SpecDecoding metrics log line")
     a("--no-chat-template", dest="chat", action="store_false",
       help="the model has no chat template: chat requests and /tokenize messages are refused, as by vLLM")  # fmt: skip
+    a("--num-gpu-blocks", type=int, default=4096, help="KV-cache capacity in 16-token blocks (cache_config_info)")
+    a("--per-request-spec-decode-metrics", choices=("none", "summary"), default="none",
+      help="as vLLM: per-request speculative figures on the final usage chunk")  # fmt: skip
     # Launchers render real-vLLM command lines; tolerate (and report) flags we do not model.
     return ap.parse_known_args(argv)
 
@@ -676,6 +720,7 @@ def main(argv: list[str] | None = None) -> None:
         f"max_seq_len={s.max_model_len}, seed={s.seed}, speculative_config={spec}",
         flush=True,
     )
+    print(f"INFO {stamp} [kv_cache_utils.py] CPU KV cache size: {s.num_gpu_blocks * BLOCK_SIZE:,} tokens", flush=True)
     print(f"INFO {stamp} [api_server.py] Starting vLLM API server on http://{ns.host}:{ns.port}", flush=True)
     # Graceful-shutdown timeout: stalled streams must not keep SIGTERM from ending us.
     uvicorn.run(

