@@ -4,7 +4,8 @@ One cell is one vLLM benchmark run (one concurrency level or rate); several cell
 one JSON object per line, which is the file `vllm bench serve --append-result` builds over a
 sweep. Written as vLLM writes without `--save-detailed` and with
 `--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99`. Times are ms in the
-`*_ms` keys and seconds elsewhere (`duration`, `latencies`), as vLLM has them.
+`*_ms` keys and seconds in `duration`, as vLLM has them (checked against the 0.26.0 wheel's
+`vllm/benchmarks/serve.py`: `main()` and `benchmark()`).
 
 Where specwatch's figures differ from vLLM's own, specwatch's rule wins and is documented in
 the README: a p99 over fewer than 100 requests is null; ITL statistics come from the per-request
@@ -100,8 +101,6 @@ def vllm_0_26_0(cell: CellResult, ctx: ExportContext) -> dict[str, Any]:
         "request_goodput": None if cell.goodput_requests is None else cell.goodput_requests / dur,
         "output_throughput": total_out / dur,
         "total_token_throughput": (total_in + total_out) / dur,
-        "latencies": [r.e2e_s for r in ok],
-        "queue_times": [0.0 for _ in ok],  # closed loop: a request is sent the moment a stream frees up
         "max_output_tokens_per_s": peak_tok,
         "max_concurrent_requests": peak_conc,
         "rtfx": 0.0,
