@@ -199,6 +199,22 @@ class RequestSample(_Record):
         return (self.completion_tokens - 1) / self.decode_s
 
 
+class ClientCheck(_Record):
+    """The client's own lag over one cell, merged over its worker processes (bench/selfcheck.py).
+
+    Quantiles are over the samples of all workers together; CPU share is the busiest worker's.
+    """
+
+    workers: int
+    transport: str
+    loop_lag_ms_p50: float | None = None  # a sleeper's lateness on each worker's event loop
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    stamp_delay_ms_p99: float | None = None  # a byte readable on a socket -> the loop's coroutine stamps it
+    cpu_share_max: float | None = None  # process CPU time / wall, the busiest worker
+    send_lateness_ms_p99: float | None = None  # open loop: sent after the planned time by this much
+
+
 class CellResult(_Record):
     load_mode: LoadMode = "closed"
     concurrency: int
@@ -213,6 +229,7 @@ class CellResult(_Record):
     rejected: bool = False
     reject_reason: str | None = None
     flags: list[str] = []
+    client: ClientCheck | None = None
 
     @property
     def key(self) -> CellKey:
@@ -301,7 +318,9 @@ class CellResult(_Record):
     def summary(self) -> dict[str, Any]:
         """The cell as one flat row: its own figures plus the counter window's (no per-request detail)."""
         window = self.window.model_dump(exclude={"accepted_per_position"})
-        return {**self.model_dump(exclude={"requests", "window"}), **window}
+        # the client check as client_* columns (sql/migrations/008_client_check.sql)
+        client = {f"client_{name}": getattr(self.client, name, None) for name in ClientCheck.model_fields}
+        return {**self.model_dump(exclude={"requests", "window", "client"}), **window, **client}
 
 
 class RankRecord(_Record):

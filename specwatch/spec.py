@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -63,6 +64,7 @@ BackendName = Annotated[str, _registered("backend", "specwatch.engine.images", "
 # endpoint images pick the endpoint launcher themselves; an arm never names it
 LauncherName = Annotated[str, _registered("launcher", "specwatch.engine.launchers", "LAUNCHERS", ("endpoint",))]
 ProtocolName = Annotated[str, _registered("protocol", "specwatch.bench.protocols", "PROTOCOLS")]
+TransportName = Annotated[str, _registered("client_transport", "specwatch.bench.transports", "TRANSPORTS")]
 
 
 class _Strict(BaseModel):
@@ -305,6 +307,23 @@ class WorkloadSpec(_Strict):
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    client_workers: PositiveInt | None = Field(
+        default=None, description="client processes per cell; null = from the cell's concurrency (bench/fanout.py)"
+    )
+    # Picked by benchmarks/client_capacity.py (benchmarks/README.md, section 2).
+    client_transport: TransportName = Field(default="aiohttp-uvloop",
+                                            description="what carries httpx's requests (bench/transports.py)")
+
+    @field_validator("client_workers")
+    @classmethod
+    def _workers_fit_cores(cls, workers: int | None, info: ValidationInfo) -> int | None:
+        # Two client processes on one core stamp each other's chunks late: the client would
+        # measure itself. A stored spec was checked where it ran, not on this machine.
+        cores = len(os.sched_getaffinity(0))
+        if workers is not None and workers > cores and not (info.context or {}).get("stored"):
+            raise ValueError(f"client_workers {workers} is more than the {cores} cores this process may use "
+                             f"(os.sched_getaffinity); set client_workers <= {cores} or leave it unset (auto)")
+        return workers
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:
@@ -329,6 +348,11 @@ class SamplingSpec(_Strict):
 class Thresholds(_Strict):
     noise_band: Annotated[float, Field(gt=0, lt=1)] = 0.05
     max_prefix_cache_hit_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
+    # "client saturated" gate (bench/selfcheck.py); defaults from benchmarks/client_capacity.py,
+    # where decode-rate drift against server truth starts (benchmarks/README.md, section 2).
+    client_loop_lag_ms: PositiveFloat = 20.0
+    client_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.9
+    client_send_lateness_ms: PositiveFloat = 10.0
 
 
 class DesignSpec(_Strict):

@@ -1,7 +1,8 @@
 """One httpx.AsyncClient per benchmark: every call specwatch makes to an endpoint goes through here.
 
 Per request it times TTFT and decode from the stream but counts tokens from `usage`
-(under speculation one SSE chunk carries several tokens).
+(under speculation one SSE chunk carries several tokens). What carries the requests under
+httpx is the workload's `client_transport` (specwatch.bench.transports).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpx
 from specwatch.bench.metrics import MetricsSnapshot, parse_metrics, running_requests
 from specwatch.bench.prompts import Prompt
 from specwatch.bench.protocols import RequestProtocol, protocol_for
+from specwatch.bench.transports import transport_for
 from specwatch.records import ARRIVAL_GAP_S, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -52,10 +54,11 @@ class Client:
         self.sampling = sampling
         self.protocol: RequestProtocol = protocol_for(workload.protocol)
         limit = streams + SPARE_CONNECTIONS
+        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.http = httpx.AsyncClient(
             base_url=target.base_url,
             timeout=_timeout(workload),
-            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            transport=transport_for(workload.client_transport).make(limits),
         )
 
     async def __aenter__(self) -> Client:
@@ -102,6 +105,7 @@ class Client:
         t0 = time.perf_counter()
         t_first: float | None = None
         t_last: float | None = None
+        t_end: float | None = None  # the stream's end: parsing after it is not request time
         chunks = 0
         usage: dict[str, Any] | None = None
         parts: list[str] = []
@@ -109,7 +113,7 @@ class Client:
         gaps: list[float] = []
 
         def sample(status: str, error: str | None = None) -> RequestSample:
-            now = time.perf_counter()
+            now = t_end or time.perf_counter()
             return RequestSample.model_validate(dict(
                 index=index,
                 prompt_tokens=prompt.tokens,
@@ -129,26 +133,32 @@ class Client:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode(errors="replace")[:200]
                     return sample("error", f"HTTP {resp.status_code}: {text}"), ""
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    event = json.loads(data)
-                    if event.get("usage"):
-                        usage = event["usage"]
-                    for choice in event.get("choices") or []:
-                        text, token_ids = self.protocol.delta(choice)
-                        if text or token_ids:
-                            now = time.perf_counter()
-                            if t_last is not None:
-                                gaps.append(now - t_last)
-                            t_last = now
-                            t_first = t_first or now
-                            chunks += 1
-                            parts.append(text)
-                            ids.extend(token_ids)
+                # The hot path only stamps each read as it returns and keeps its bytes: splitting
+                # events and parsing JSON wait until the stream ended, so no read is stamped late
+                # because the previous one was still being parsed. Raw bytes: SSE is not compressed.
+                reads = [(time.perf_counter(), data) async for data in resp.aiter_raw()]
+            t_end = time.perf_counter()
+            pending = b""
+            for stamp, data in reads:
+                # An event split over two reads is complete, and so stamped, with the second one.
+                *events, pending = (pending + data).split(b"\n\n")
+                for raw in events:
+                    for line in raw.splitlines():
+                        if not line.startswith(b"data:") or (payload := line[5:].strip()) == b"[DONE]":
+                            continue
+                        event = json.loads(payload)
+                        if event.get("usage"):
+                            usage = event["usage"]
+                        for choice in event.get("choices") or []:
+                            text, token_ids = self.protocol.delta(choice)
+                            if text or token_ids:
+                                if t_last is not None:
+                                    gaps.append(stamp - t_last)
+                                t_last = stamp
+                                t_first = t_first or stamp
+                                chunks += 1
+                                parts.append(text)
+                                ids.extend(token_ids)
         except httpx.ReadTimeout:
             return sample("timeout", f"client read timeout: no bytes for {self.workload.read_timeout_s}s "
                                      "(read_timeout_s); a client limit, not a server measurement"), ""

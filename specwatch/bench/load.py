@@ -10,7 +10,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from specwatch.bench.metrics import MetricsSnapshot
@@ -25,6 +25,18 @@ class LoadContext:
     make: Callable[[int], Awaitable[Prompt]]  # one more prompt, when a timed window outlasts the pool
     send: Callable[[int, Prompt], Awaitable[None]]  # one request, recorded by the cell
     snapshot: Callable[[], Awaitable[MetricsSnapshot]]
+    # Fan-out (bench/fanout.py): this process is worker `worker` of `workers`, each running the shape
+    # on its own share of the streams and the pool; all start at `t0` (perf_counter: CLOCK_MONOTONIC,
+    # one clock for every process on the host).
+    worker: int = 0
+    workers: int = 1
+    t0: float = field(default_factory=time.perf_counter)
+
+
+async def start(ctx: LoadContext) -> float:
+    """Wait for the cell's shared start instant; returns it."""
+    await asyncio.sleep(max(0.0, ctx.t0 - time.perf_counter()))
+    return ctx.t0
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,13 @@ class LoadOutcome:
 
 class LoadShape(Protocol):
     name: str
+    @property
+    def duration_s(self) -> float | None:
+        """The window closes this long after t0; None: when the last request ended.
+
+        A fanned-out cell's parent closes the counter window itself, so it must know which.
+        """
+        ...
 
     async def run(self, ctx: LoadContext) -> LoadOutcome: ...
 
@@ -44,13 +63,14 @@ class ClosedLoop:
     """`concurrency` workers send the pool's requests back to back; the window closes when the last ends."""
 
     name = "closed"
+    duration_s: float | None = None
 
     async def run(self, ctx: LoadContext) -> LoadOutcome:
         async def worker() -> None:
             while ctx.pool:
                 await ctx.send(*ctx.pool.pop())
 
-        t0 = time.perf_counter()
+        t0 = await start(ctx)
         await asyncio.gather(*(worker() for _ in range(ctx.concurrency)))
         wall = time.perf_counter() - t0
         return LoadOutcome(t0, wall, await ctx.snapshot())
@@ -67,7 +87,9 @@ class TimedClosedLoop:
     name = "duration"
 
     async def run(self, ctx: LoadContext) -> LoadOutcome:
-        next_index = max((i for i, _ in ctx.pool), default=-1) + 1
+        # Workers hold every workers-th index of the pool (bench/fanout.py): more prompts keep to that
+        # stride, so indexes never collide across workers.
+        next_index = max((i for i, _ in ctx.pool), default=ctx.worker - ctx.workers) + ctx.workers
         deadline = math.inf
 
         async def worker() -> None:
@@ -76,14 +98,14 @@ class TimedClosedLoop:
                 if ctx.pool:
                     index, prompt = ctx.pool.pop()
                 else:
-                    index, next_index = next_index, next_index + 1
+                    index, next_index = next_index, next_index + ctx.workers
                     prompt = await ctx.make(index)  # the pre-built pool ran dry: a longer window than expected
                 await ctx.send(index, prompt)
 
-        t0 = time.perf_counter()
+        t0 = await start(ctx)
         deadline = t0 + self.duration_s
         workers = asyncio.gather(*(worker() for _ in range(ctx.concurrency)))
-        await asyncio.sleep(self.duration_s)
+        await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
         after = await ctx.snapshot()
         await workers
         return LoadOutcome(t0, self.duration_s, after)

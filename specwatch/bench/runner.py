@@ -1,14 +1,14 @@
 """Running a launch's benchmark: readiness and warm-up, the greedy probes, and every cell.
 
-`measure_cells` runs the cells in the calling process. A `CellRunner` decides where that
-happens: `InProcess` (the standalone `specwatch bench`, tests) or `Isolated` (a fresh
-process, what the flow uses). A runner that fans a cell out over several worker processes
-is a third implementation of the same protocol.
+`measure_cells` runs the cells from the calling process; a cell that needs more than one
+client process fans out over worker processes (bench/fanout.py), started once per call. A
+`CellRunner` decides where the calling process is: `InProcess` (the standalone `specwatch
+bench`, tests) or `Isolated` (a fresh process, what the flow uses).
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,9 +16,11 @@ from typing import Protocol
 
 from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
+from specwatch.bench.fanout import FanOut, workers_for
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import build_prompt
+from specwatch.bench.transports import run_on_loop
 from specwatch.records import CellKey, CellResult
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -80,10 +82,18 @@ async def measure_cells(
 ) -> list[CellResult]:
     """Every cell of the workload, in order, in this process."""
     keys = cell_keys(workload)
+    most = max(workers_for(workload, k.concurrency or 1) for k in keys)
+    with contextlib.ExitStack() as stack:
+        fan = stack.enter_context(FanOut(most)) if most > 1 else None
+        return await _measure(target, workload, sampling, gates, keys, fan, on_cell)
+
+
+async def _measure(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, gates: Gates,
+                   keys: list[CellKey], fan: FanOut | None, on_cell: CellCallback | None) -> list[CellResult]:
     async with Client(target, workload, sampling, streams=max(k.concurrency or 1 for k in keys)) as client:
         cells = []
         for key in keys:
-            cell = await run_cell(client, key, gates)
+            cell = await run_cell(client, key, gates, fan)
             mal = cell.window.mean_acceptance_length
             log.info(
                 "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
@@ -107,7 +117,7 @@ class InProcess:
 
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
-        return asyncio.run(measure_cells(target, workload, sampling, gates, self.on_cell))
+        return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates, self.on_cell))
 
 
 def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
@@ -115,7 +125,7 @@ def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: Sam
     # A spawned process starts with default logging: keep per-cell progress visible on stderr.
     logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
     logging.getLogger("specwatch").setLevel(logging.INFO)
-    return asyncio.run(measure_cells(target, workload, sampling, gates))
+    return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from specwatch.records import (
     ArmResult,
     CellResult,
     CheckpointFacts,
+    ClientCheck,
     HostFacts,
     ImageRef,
     LaunchRecord,
@@ -165,7 +166,9 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         per_pos = positions.get(key)
         accepted = [per_pos[i] for i in sorted(per_pos)] if per_pos else None
         window = SpecWindow.model_validate({**_own(SpecWindow, c), "accepted_per_position": accepted})
-        cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "requests": sorted(
+        client = {name: c[f"client_{name}"] for name in ClientCheck.model_fields}
+        cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "client": ClientCheck.model_validate(
+            client) if client["workers"] is not None else None, "requests": sorted(
             requests.get(key, []), key=lambda r: r.index), "flags": [] if c["flags"] is None else list(c["flags"])})
         cells.setdefault(key[:2], []).append(cell)
     probes: dict[tuple[Any, ...], list[list[int]]] = {}
