@@ -24,12 +24,14 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+import httpx
+
 from specwatch.bench.client import BenchTarget, Client, Output
 from specwatch.bench.load import LoadContext, LoadOutcome, load_shape
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import Prompt, build_prompt
 from specwatch.bench.selfcheck import SelfCheck, WorkerCheck
-from specwatch.bench.transports import run_on_loop
+from specwatch.bench.transports import run_on_loop, transport_for
 from specwatch.records import CellKey, RequestSample
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -113,20 +115,24 @@ def _work(job: WorkerJob) -> LoadRun:
     return run_on_loop(job.workload.client_transport, _run_job(job))
 
 
-def _ready() -> int:
+def _ready(transport: str) -> int:
+    """Import what a job will use (aiohttp, uvloop: a few hundred ms), so the first cell starts on time."""
+    t = transport_for(transport)
+    t.loop().close()
+    t.make(httpx.Limits())
     return os.getpid()
 
 
 class FanOut:
     """A pool of `workers` client processes, started once and kept for every cell of a benchmark."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, transport: str) -> None:
         self.workers = workers
         # spawn: a fork of a process with a running event loop (or Prefect's threads) is not safe
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
         # Every submit without an idle process starts one: `workers` jobs start all of them now,
         # so a cell's t0 never waits for interpreter start-up and imports.
-        for future in [self._pool.submit(_ready) for _ in range(workers)]:
+        for future in [self._pool.submit(_ready, transport) for _ in range(workers)]:
             future.result()
 
     def __enter__(self) -> FanOut:

@@ -84,7 +84,7 @@ async def measure_cells(
     keys = cell_keys(workload)
     most = max(workers_for(workload, k.concurrency or 1) for k in keys)
     with contextlib.ExitStack() as stack:
-        fan = stack.enter_context(FanOut(most)) if most > 1 else None
+        fan = stack.enter_context(FanOut(most, workload.client_transport)) if most > 1 else None
         return await _measure(target, workload, sampling, gates, keys, fan, on_cell)
 
 
