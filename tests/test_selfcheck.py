@@ -91,16 +91,16 @@ def _measure(url: str, core: int, niceness: int) -> CellResult:
 
 def test_a_client_starved_of_cpu_is_rejected_as_saturated_and_a_healthy_one_is_not() -> None:
     core = max(os.sched_getaffinity(0))
-    ctx = multiprocessing.get_context("spawn")
-    with run_fake_vllm(fake("--step-ms", "2")) as url:
-        with ProcessPoolExecutor(1, mp_context=ctx) as pool:
-            healthy = pool.submit(_measure, url, core, 0).result()
+    # One client process for both runs, warmed up before the busy sibling starts: the healthy run
+    # first (a raised niceness cannot be lowered again), then the same cell starved.
+    with run_fake_vllm(fake("--step-ms", "2")) as url, \
+            ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        healthy = pool.submit(_measure, url, core, 0).result()
         # A busy sibling on the client's core at normal priority, the client at the lowest: the
-        # kernel runs the client only in the sibling's gaps, so its loop wakes hundreds of ms late.
+        # kernel runs the client only in the sibling's gaps, so its loop wakes tens of ms late.
         hog = subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile 1: pass"])
         try:
-            with ProcessPoolExecutor(1, mp_context=ctx) as pool:
-                starved = pool.submit(_measure, url, core, 19).result()
+            starved = pool.submit(_measure, url, core, 19).result()
         finally:
             hog.kill()
             hog.wait()
