@@ -181,7 +181,8 @@ _BENCH_OPTIONS = {
     "prompt_classes": "--prompt-class", "prompt_tokens": "--prompt-tokens", "max_tokens": "--max-tokens",
     "concurrency": "--concurrency", "requests_per_cell": "--requests", "warmup_requests": "--warmup",
     "duration_s": "--duration", "connect_timeout_s": "--connect-timeout", "read_timeout_s": "--read-timeout",
-    "temperature": "--temperature", "seed": "--seed",
+    "temperature": "--temperature", "seed": "--seed", "client_workers": "--client-workers",
+    "client_transport": "--client-transport",
 }
 
 
@@ -217,6 +218,10 @@ def bench(
     read_timeout: Annotated[float, typer.Option(help="seconds without a byte before a request is a client timeout")]
     = 300.0,
     max_prefix_cache_hit_rate: Annotated[float, typer.Option(help="reject cells at or above this hit rate")] = 0.01,
+    client_workers: Annotated[int | None, typer.Option(help="client processes per cell (default: from concurrency)")]
+    = None,
+    client_transport: Annotated[str, typer.Option(help="httpx, httpx-uvloop, aiohttp or aiohttp-uvloop")]
+    = WorkloadSpec.model_fields["client_transport"].default,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
 ) -> None:
     """Benchmark a server that is already running; exit 0 all cells accepted, 4 any rejected, 1 error."""
@@ -239,6 +244,7 @@ def bench(
         concurrency=levels, prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature,
+        client_workers=client_workers, client_transport=client_transport,
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)
