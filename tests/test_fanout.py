@@ -24,7 +24,7 @@ def test_two_workers_merge_into_one_cell_whose_window_covers_both() -> None:
     assert cell.client is not None and cell.client.workers == 2
     assert sorted(r.index for r in cell.requests) == list(range(16))  # every prompt once, from both workers
     # one clock and one start: every request started at or after t0 and ended inside the window
-    assert all(0 <= r.started_s and r.started_s + r.e2e_s <= cell.wall_s for r in cell.requests)
+    assert all(r.started_s >= 0 and r.started_s + r.e2e_s <= cell.wall_s for r in cell.requests)
     assert min(r.started_s for r in cell.requests) < 0.05  # both workers started at t0, not one after the other
     # the parent's counter window holds the tokens of both workers' requests, and the gauge saw all 4 streams
     assert cell.window.generation_tokens == cell.completion_tokens == 16 * 96
