@@ -157,7 +157,8 @@ def capacity(rows: list[dict], key: str, err_key: str, threshold: float) -> tupl
             continue
         if res[err_key] is None or abs(res[err_key]) > threshold or res["failed"]:
             return best, f"drifted at level {r['level']} ({r['step_ms']} ms x c{r['c']}: {C.pct(res[err_key])})"
-        best = res["chunk_rate"]
+        # a saturated server emits fewer chunks at a higher nominal level: the best level so far counts
+        best = max(best or 0.0, res["chunk_rate"] or 0.0)
     return best, "never drifted on this ladder (capacity is at least the last level's rate)"
 
 
