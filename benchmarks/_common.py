@@ -344,10 +344,10 @@ def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: s
                       client_workers=workers, **extra)
     got: list[SpecwatchCell] = []
     lag: list[tuple[float, float]] = []
-    send_t0 = {"t": 0.0}  # fanned out: no hook saw the first send; the cell's start is near enough
 
     def on_cell(cell) -> None:  # type: ignore[no-untyped-def]
-        t0 = FIRST_SEND.get(tag, send_t0["t"])
+        # fanned out, no hook saw the first send: the callback runs right after the closing snapshot
+        t0 = FIRST_SEND.get(tag, time.perf_counter() - cell.wall_s)
         t1 = t0 + cell.wall_s
         inside = [v for t, v in lag if t0 <= t <= t1]
         got.append(SpecwatchCell(cell=cell, truth=truth(url), lag_s=inside, t_start=t0, t_end=t1))
@@ -360,7 +360,6 @@ def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: s
             await prepare(target, wl, sampling)
         reset_truth(url)
         set_request_tag(tag)
-        send_t0["t"] = time.perf_counter()
         done = asyncio.Event()
 
         async def probe() -> None:
