@@ -8,6 +8,8 @@ host) and starts at the same instant t0. The parent keeps what makes a cell one 
 calibrates the prompts, takes the /metrics snapshots that open and close the counter window and
 samples the running gauge, so the window and the gates cover all workers.
 
+Each worker is pinned to its own core of the calling process's affinity (`_work` says why).
+
 Worker count (`workers_for`): `workload.client_workers` when set, else one worker per
 STREAMS_PER_WORKER streams of the cell, at most one per usable core. One worker runs in the
 calling process: nothing is spawned (tests and small CPU cells stay cheap).
@@ -93,6 +95,7 @@ class WorkerJob:
     workers: int
     t0: float
     pool: list[tuple[int, Prompt]]
+    core: int  # the worker runs pinned here, one core per worker
 
 
 async def _empty() -> MetricsSnapshot:
@@ -112,6 +115,10 @@ async def _run_job(job: WorkerJob) -> LoadRun:
 
 
 def _work(job: WorkerJob) -> LoadRun:
+    # Left to the scheduler, two lightly loaded workers can share a core for a whole cell; their
+    # streams' chunks arrive in phase, so each then waits for the other's burst (loop lag p99 25 ms
+    # at 37% CPU each in benchmarks/client_capacity.py, 7 ms for one worker on one core).
+    os.sched_setaffinity(0, {job.core})
     return run_on_loop(job.workload.client_transport, _run_job(job))
 
 
@@ -128,6 +135,7 @@ class FanOut:
 
     def __init__(self, workers: int, transport: str) -> None:
         self.workers = workers
+        self.cores = sorted(os.sched_getaffinity(0))
         # spawn: a fork of a process with a running event loop (or Prefect's threads) is not safe
         self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
         # Every submit without an idle process starts one: `workers` jobs start all of them now,
@@ -148,7 +156,8 @@ class FanOut:
         wl = parent.workload
         t0 = time.perf_counter() + START_MARGIN_S
         jobs = [WorkerJob(parent.target, wl, parent.sampling, key, namespace, w, workers, t0,
-                          [(i, p) for i, p in pool if i % workers == w]) for w in range(workers)]
+                          [(i, p) for i, p in pool if i % workers == w], self.cores[w % len(self.cores)])
+                for w in range(workers)]
         loop = asyncio.get_running_loop()
         runs = asyncio.gather(*(loop.run_in_executor(self._pool, _work, job) for job in jobs))
         duration = load_shape(wl).duration_s

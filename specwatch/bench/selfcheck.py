@@ -133,10 +133,14 @@ def merge(checks: list[WorkerCheck], transport: str, samples: list[RequestSample
 
 
 def saturation(check: ClientCheck, loop_lag_ms: float, cpu_share: float, send_lateness_ms: float) -> list[str]:
-    """The figures that say the client, not the server, set the cell's timings (empty: it kept up)."""
+    """The figures that say the client, not the server, set the cell's timings (empty: it kept up).
+
+    The stamp delay is reported, not gated: its probe writes every 20 ms, so over a short cell its
+    p99 is nearly its maximum, and one hiccup rejected a cell that was within 0.4% of truth
+    (benchmarks/README.md, section 2); the sleeper's 10 ms samples carry the same signal.
+    """
     limits = [
         ("loop lag p99", check.loop_lag_ms_p99, loop_lag_ms, "ms", "client_loop_lag_ms"),
-        ("stamp delay p99", check.stamp_delay_ms_p99, loop_lag_ms, "ms", "client_loop_lag_ms"),
         ("CPU share", check.cpu_share_max, cpu_share, "", "client_cpu_share"),
         ("send lateness p99", check.send_lateness_ms_p99, send_lateness_ms, "ms", "client_send_lateness_ms"),
     ]
