@@ -83,27 +83,22 @@ async def measure_cells(
     """Every cell of the workload, in order, in this process."""
     keys = cell_keys(workload)
     most = max(workers_for(workload, k.concurrency or 1) for k in keys)
-    with contextlib.ExitStack() as stack:
-        fan = stack.enter_context(FanOut(most, workload.client_transport)) if most > 1 else None
-        return await _measure(target, workload, sampling, gates, keys, fan, on_cell)
-
-
-async def _measure(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, gates: Gates,
-                   keys: list[CellKey], fan: FanOut | None, on_cell: CellCallback | None) -> list[CellResult]:
-    async with Client(target, workload, sampling, streams=max(k.concurrency or 1 for k in keys)) as client:
-        cells = []
-        for key in keys:
-            cell = await run_cell(client, key, gates, fan)
-            mal = cell.window.mean_acceptance_length
-            log.info(
-                "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
-                key.label, cell.decode_tok_s_median or 0.0, "n/a" if mal is None else f"{mal:.2f}",
-                f", REJECTED: {cell.reject_reason}" if cell.rejected else "",
-            )
-            cells.append(cell)
-            if on_cell:
-                on_cell(cell)
-        return cells
+    # worker processes only when some cell needs more than one; then once for every cell
+    with FanOut(most, workload.client_transport) if most > 1 else contextlib.nullcontext() as fan:
+        async with Client(target, workload, sampling, streams=max(k.concurrency or 1 for k in keys)) as client:
+            cells = []
+            for key in keys:
+                cell = await run_cell(client, key, gates, fan)
+                mal = cell.window.mean_acceptance_length
+                log.info(
+                    "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
+                    key.label, cell.decode_tok_s_median or 0.0, "n/a" if mal is None else f"{mal:.2f}",
+                    f", REJECTED: {cell.reject_reason}" if cell.rejected else "",
+                )
+                cells.append(cell)
+                if on_cell:
+                    on_cell(cell)
+            return cells
 
 
 class CellRunner(Protocol):
