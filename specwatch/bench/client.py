@@ -7,6 +7,7 @@ httpx is the workload's `client_transport` (specwatch.bench.transports).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -85,6 +86,11 @@ class Client:
         resp = await self.http.get("/metrics")
         resp.raise_for_status()
         return running_requests(resp.text)
+
+    async def open_connections(self, count: int) -> None:
+        """Open `count` pooled connections now (concurrent GET /health: no engine work), so that
+        connecting does not happen on the first requests of a window."""
+        await asyncio.gather(*(self.http.get("/health") for _ in range(count)))
 
     async def check_ready(self) -> None:
         try:
