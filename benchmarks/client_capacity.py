@@ -16,7 +16,14 @@ Capacity = the achieved chunk rate (from the server's records) of the last level
 error first exceeds the threshold. Server-core saturation is shown: once the server core is ~100%
 busy the ladder measures the server, not the clients.
 
-    .venv/bin/python benchmarks/client_capacity.py [--levels 10:16,5:32,...]
+specwatch is measured once per (transport, workers) pair (`--transports`, `--workers`), on the
+client cores (`--client-cores`; fanned-out workers inherit them). Every specwatch row also prints
+the cell's own self-check (loop lag, stamp delay, CPU share: specwatch.bench.selfcheck) and
+whether its "client saturated" gate fired, and the summary shows those figures at the last level
+within the threshold and at the first that drifted: where the `thresholds.client_*` defaults
+come from.
+
+    .venv/bin/python benchmarks/client_capacity.py [--levels 10:16,5:32,...] [--transports httpx,aiohttp-uvloop]
 """
 
 from __future__ import annotations
@@ -49,7 +56,21 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--no-stop", dest="stop_after_both_fail", action="store_false",
                     help="run every level (default: stop once both tools have drifted past the threshold)")
     ap.add_argument("--quiet-wait-s", type=float, default=900)
+    ap.add_argument("--transports", default="httpx,httpx-uvloop,aiohttp,aiohttp-uvloop",
+                    help="specwatch client transports to measure (specwatch.bench.transports)")
+    ap.add_argument("--workers", default="1", help="comma-separated client_workers values to measure")
+    ap.add_argument("--client-cores", default=str(C.CLIENT_CORE),
+                    help="cores of the clients (both tools), e.g. 0 or 0,1,2,3; the server gets --server-core")
+    ap.add_argument("--server-core", type=int, default=C.SERVER_CORE)
     return ap.parse_args()
+
+
+def combos(a: argparse.Namespace) -> list[tuple[str, int]]:
+    return [(t, int(w)) for t in a.transports.split(",") for w in a.workers.split(",")]
+
+
+def combo_key(transport: str, workers: int) -> str:
+    return f"sw:{transport}:w{workers}"
 
 
 def _records(tr: dict, prefix: str) -> dict[str, dict]:
@@ -65,24 +86,37 @@ def _chunk_rate(recs: list[dict]) -> float | None:
     return sum(r["steps"] + 1 for r in done) / span
 
 
-def run_specwatch(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSampler) -> dict:
+def _client_util(util: dict[int, float], cores: list[int]) -> float | None:
+    busy = [util[c] for c in cores if c in util]
+    return sum(busy) / len(busy) if busy else None
+
+
+def run_specwatch(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSampler, transport: str,
+                  workers: int) -> dict:
+    tag = f"sw{level}{transport}w{workers}"
     got = C.specwatch_cell(url, concurrency=c, requests=a.waves * c, prompt_class="code",
-                           prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens, warmup=2, tag=f"sw{level}",
-                           namespace=f"capacity-{time.time_ns()}")
-    recs = _records(got.truth, f"cmpl-sw{level}-")
+                           prompt_tokens=a.prompt_tokens, max_tokens=a.max_tokens, warmup=2, tag=tag,
+                           namespace=f"capacity-{time.time_ns()}", transport=transport, workers=workers)
+    recs = _records(got.truth, f"cmpl-{tag}-")
     pairs = [(s, recs[str(s.index)]) for s in got.cell.requests if s.status == "ok" and str(s.index) in recs]
-    true_med = C.median([r["decode_tok_s"] for _, r in pairs])
+    if pairs:
+        true_med = C.median([r["decode_tok_s"] for _, r in pairs])
+    else:  # fanned out: no request ids; truth was reset after warm-up, so it holds exactly the cell's requests
+        recs = {r["request_id"]: r for r in got.truth["records"]}
+        true_med = C.median([r["decode_tok_s"] for r in recs.values()])
     util = cpu.utilisation(got.t_start, got.t_end)
-    util["client_proc"] = cpu.process_cpu("client", got.t_start, got.t_end)
     util["server_proc"] = cpu.process_cpu("server", got.t_start, got.t_end)
+    chk = got.cell.client
     return {
         "true": true_med, "measured": got.cell.decode_tok_s_median,
         "err": C.rel(got.cell.decode_tok_s_median, true_med),
         "ttft_overhead_ms": C.median([(s.ttft_s - r["ttft_s"]) * 1e3 for s, r in pairs if s.ttft_s is not None]),
         "chunk_rate": _chunk_rate(list(recs.values())), "failed": got.cell.requests_failed,
-        "client_core": util.get(C.CLIENT_CORE), "server_core": util.get(C.SERVER_CORE),
-        "client_proc": util.get("client_proc"), "server_proc": util.get("server_proc"),
-        "lag_p99_ms": (C.quantile(got.lag_s, 0.99) or 0) * 1e3, "rejected": got.cell.reject_reason,
+        "client_core": _client_util(util, a.cores), "server_core": util.get(a.server_core),
+        # the self-check's own CPU share (busiest client process) stands for the client process column
+        "client_proc": chk.cpu_share_max if chk else None, "server_proc": util.get("server_proc"),
+        "lag_p99_ms": chk.loop_lag_ms_p99 if chk else None, "lag_max_ms": chk.loop_lag_ms_max if chk else None,
+        "stamp_p99_ms": chk.stamp_delay_ms_p99 if chk else None, "rejected": got.cell.reject_reason,
     }
 
 
@@ -90,7 +124,7 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSam
     C.reset_truth(url)
     prefix = f"vb{level}-"
     run = C.vllm_bench_serve(url, "demo", C.DEMO_MODEL, concurrency=c, num_prompts=a.waves * c,
-                             input_len=a.prompt_tokens, output_len=a.max_tokens, core=C.CLIENT_CORE,
+                             input_len=a.prompt_tokens, output_len=a.max_tokens, core=a.client_cores,
                              request_id_prefix=prefix, num_warmups=2, sampler=cpu)
     res = run.result
     recs = _records(C.truth(url), f"cmpl-{prefix}")
@@ -109,7 +143,7 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSam
         "true": true_med, "measured": meas_med, "err_median": C.rel(meas_med, true_med),
         "ttft_overhead_ms": C.median([(p["ttft_s"] - r["ttft_s"]) * 1e3 for p, r in pairs]),
         "chunk_rate": _chunk_rate(list(recs.values())), "failed": res["failed"],
-        "client_core": util.get(C.CLIENT_CORE), "server_core": util.get(C.SERVER_CORE),
+        "client_core": _client_util(util, a.cores), "server_core": util.get(a.server_core),
         "client_proc": util.get("client_proc"), "server_proc": util.get("server_proc"),
         "output_throughput": res["output_throughput"], "argv": run.argv,
     }
@@ -123,7 +157,8 @@ def capacity(rows: list[dict], key: str, err_key: str, threshold: float) -> tupl
             continue
         if res[err_key] is None or abs(res[err_key]) > threshold or res["failed"]:
             return best, f"drifted at level {r['level']} ({r['step_ms']} ms x c{r['c']}: {C.pct(res[err_key])})"
-        best = res["chunk_rate"]
+        # a saturated server emits fewer chunks at a higher nominal level: the best level so far counts
+        best = max(best or 0.0, res["chunk_rate"] or 0.0)
     return best, "never drifted on this ladder (capacity is at least the last level's rate)"
 
 
@@ -131,8 +166,9 @@ def main() -> int:
     a = parse()
     C.processes.install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so servers are still stopped
     levels = [(float(s), int(c)) for s, c in (lv.split(":") for lv in a.levels.split(","))]
+    a.cores = [int(x) for x in a.client_cores.split(",")]
     note = C.wait_until_quiet(a.quiet_wait_s)
-    C.pin_self(C.CLIENT_CORE)
+    os.sched_setaffinity(0, set(a.cores))
     spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'
     rows: list[dict] = []
     notes: list[str] = []
@@ -146,8 +182,9 @@ def main() -> int:
 
             def level(i: int = i, step_ms: float = step_ms, c: int = c, server_args: list[str] = server_args) -> dict:
                 row = {"level": i, "step_ms": step_ms, "c": c, "nominal": c * 1000 / step_ms}
-                with C.fake_vllm(server_args, core=C.SERVER_CORE, sampler=cpu) as url:
-                    row["sw"] = run_specwatch(url, a, c, i, cpu)
+                with C.fake_vllm(server_args, core=a.server_core, sampler=cpu) as url:
+                    for transport, workers in combos(a):
+                        row[combo_key(transport, workers)] = run_specwatch(url, a, c, i, cpu, transport, workers)
                     if not a.skip_vllm:
                         row["vb"] = run_vllm(url, a, c, i, cpu)
                 return row
@@ -158,9 +195,10 @@ def main() -> int:
             if "vb" in row:
                 vllm_argv = row["vb"]["argv"]
             rows.append(row)
-            print(f"# level {i}: {step_ms} ms x c{c}: specwatch {C.pct(row['sw']['err'])}"
+            sws = [row[combo_key(t, w)] for t, w in combos(a)]
+            print(f"# level {i}: {step_ms} ms x c{c}: specwatch " + " ".join(C.pct(r["err"]) for r in sws)
                   + (f", vllm bench serve {C.pct(row['vb']['err'])}" if "vb" in row else ""), flush=True)
-            sw_bad = abs(row["sw"]["err"] or 1) > a.threshold
+            sw_bad = all(abs(r["err"] or 1) > a.threshold for r in sws)
             vb_bad = "vb" not in row or abs(row["vb"]["err"] or 1) > a.threshold
             if a.stop_after_both_fail and sw_bad and vb_bad:
                 break
@@ -172,13 +210,15 @@ def main() -> int:
 def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[str], wall: float) -> None:
     print()
     print("=" * 118)
-    print("CLIENT CAPACITY: chunk rate each client sustains on one core (core 0) before decode tok/s drifts "
+    print(f"CLIENT CAPACITY: chunk rate each client sustains on cores {a.client_cores} before decode tok/s drifts "
           f"> {a.threshold:.0%} from truth")
-    print(f"  server: fake_vllm on core 1, ngram k={a.k}, marginal acceptance {a.accept_probs}, TTFT {a.ttft_ms} ms; "
-          f"{a.max_tokens} output tokens (ignore_eos), {a.waves} waves of c requests per level; {note}")
+    print(f"  server: fake_vllm on core {a.server_core}, ngram k={a.k}, marginal acceptance {a.accept_probs}, "
+          f"TTFT {a.ttft_ms} ms; {a.max_tokens} output tokens (ignore_eos), {a.waves} waves of c requests per level; "
+          f"{note}")
     print("  chunk/s = SSE chunks the server emitted per second (from its own records, one per engine step);"
-          " core % = busy share of the core over the tool's run")
+          " core % = busy share of the cores over the tool's run")
     print()
+
     def share(x: float | None) -> str:
         return "-" if x is None else f"{x:.0%}"
 
@@ -188,35 +228,54 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[s
     def cores(res: dict) -> str:
         return f"{share(res['client_core'])}/{share(res['server_core'])}"
 
-    print("specwatch client (specwatch.bench, httpx), median decode tok/s vs the true median")
-    print(C.table(
-        ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true tok/s", "measured", "err", "TTFT ovh ms",
-         "CPU client/server", "core0/core1", "loop lag p99 ms", "cell gate"],
-        [[r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(r["sw"]["chunk_rate"], ".0f"),
-          C.num(r["sw"]["true"], ".1f"), C.num(r["sw"]["measured"], ".1f"), C.pct(r["sw"]["err"]),
-          C.num(r["sw"]["ttft_overhead_ms"], ".2f"), cpu(r["sw"]), cores(r["sw"]), C.num(r["sw"]["lag_p99_ms"], ".1f"),
-          "accepted" if not r["sw"]["rejected"] else "REJECTED: " + r["sw"]["rejected"][:90]]
-         for r in rows]))
-    if not a.skip_vllm:
+    for transport, workers in combos(a):
+        key = combo_key(transport, workers)
+        print(f"specwatch client ({transport}, client_workers={workers}), median decode tok/s vs the true median; "
+              "self-check: loop lag, stamp delay (ms), CPU share of the busiest client process")
+        print(C.table(
+            ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true tok/s", "measured", "drift", "TTFT ovh ms",
+             "CPU client/server", "client/server cores", "lag p99", "lag max", "stamp p99", "cell gate"],
+            [[r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(r[key]["chunk_rate"], ".0f"),
+              C.num(r[key]["true"], ".1f"), C.num(r[key]["measured"], ".1f"), C.pct(r[key]["err"]),
+              C.num(r[key]["ttft_overhead_ms"], ".2f"), cpu(r[key]), cores(r[key]), C.num(r[key]["lag_p99_ms"], ".1f"),
+              C.num(r[key]["lag_max_ms"], ".1f"), C.num(r[key]["stamp_p99_ms"], ".2f"),
+              "accepted" if not r[key]["rejected"] else "REJECTED: " + r[key]["rejected"][:90]]
+             for r in rows if key in r]))
         print()
+    if not a.skip_vllm:
         print("vllm bench serve (aiohttp), 1000/mean TPOT vs 1/mean(true TPOT); per-request median shown too")
         print(C.table(
             ["lvl", "step ms", "c", "nominal chunk/s", "chunk/s", "true 1/TPOT", "1/TPOT", "err", "median err",
-             "TTFT ovh ms", "CPU client/server", "core0/core1"],
+             "TTFT ovh ms", "CPU client/server", "client/server cores"],
             [[r["level"], r["step_ms"], r["c"], f"{r['nominal']:.0f}", C.num(r["vb"]["chunk_rate"], ".0f"),
               C.num(r["vb"]["true_tpot_rate"], ".1f"), C.num(r["vb"]["tpot_rate"], ".1f"), C.pct(r["vb"]["err"]),
               C.pct(r["vb"]["err_median"]), C.num(r["vb"]["ttft_overhead_ms"], ".2f"), cpu(r["vb"]), cores(r["vb"])]
              for r in rows if "vb" in r]))
-    print()
-    sw_cap, sw_why = capacity(rows, "sw", "err", a.threshold)
-    print(f"specwatch client capacity:        {C.num(sw_cap, '.0f')} chunks/s  ({sw_why})")
+        print()
+    summary = []
+    for transport, workers in combos(a):
+        key = combo_key(transport, workers)
+        cap, why = capacity(rows, key, "err", a.threshold)
+        ok = [r[key] for r in rows if key in r and r[key]["err"] is not None and abs(r[key]["err"]) <= a.threshold]
+        bad = next((r[key] for r in rows if key in r and (r[key]["err"] is None or abs(r[key]["err"]) > a.threshold)),
+                   None)
+
+        def figures(res: dict | None) -> str:
+            if res is None:
+                return "-"
+            return (f"lag p99 {C.num(res['lag_p99_ms'], '.1f')} ms, stamp p99 {C.num(res['stamp_p99_ms'], '.2f')} ms, "
+                    f"CPU {share(res['client_proc'])}")
+
+        summary.append([f"{a.client_cores}", transport, workers, C.num(cap, ".0f"), why[:60],
+                        figures(max(ok, key=lambda r: r["chunk_rate"] or 0) if ok else None), figures(bad)])
     if not a.skip_vllm:
         vb_cap, vb_why = capacity(rows, "vb", "err", a.threshold)
+        summary.append([f"{a.client_cores}", "vllm bench serve", "-", C.num(vb_cap, ".0f"), vb_why[:60], "-", "-"])
+    print(C.table(["client cores", "transport", "workers", "capacity chunk/s", "why", "self-check at capacity",
+                   "self-check where drift started"], summary))
+    if not a.skip_vllm:
         vbm_cap, vbm_why = capacity(rows, "vb", "err_median", a.threshold)
-        print(f"vllm bench serve capacity (mean TPOT): {C.num(vb_cap, '.0f')} chunks/s  ({vb_why})")
         print(f"vllm bench serve capacity (median per-request): {C.num(vbm_cap, '.0f')} chunks/s  ({vbm_why})")
-        if sw_cap and vb_cap:
-            print(f"ratio specwatch / vllm bench serve (mean TPOT): {sw_cap / vb_cap:.2f}")
         print(f"vllm bench serve command (per level): {' '.join(vllm_argv)}")
     print(f"wall time {wall:.0f} s")
     print("=" * 118)

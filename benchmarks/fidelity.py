@@ -13,7 +13,10 @@ process, server-side truth at GET /truth), at several concurrencies, print measu
 Server pinned to core 1 (taskset), client to core 0 (sched_setaffinity). Target: decode and TTFT
 within 1%, acceptance exact.
 
-    .venv/bin/python benchmarks/fidelity.py [--concurrency 1,4,16,64] [--requests N]
+    .venv/bin/python benchmarks/fidelity.py [--concurrency 1,4,16,64] [--requests N] [--transport NAME]
+
+Up to the client's capacity (benchmarks/README.md, section 2): `--concurrency 1,4,16,64,128`
+(at 10 ms steps ~100 chunks/s per stream, so c=128 is ~12 800 chunks/s on the client's one core).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--target", type=float, default=0.01, help="relative error target for decode and TTFT")
     ap.add_argument("--raw-requests", type=int, default=16,
                     help="raw-socket TTFT floor probe: about this many requests per concurrency (waves of c)")
+    ap.add_argument("--transport", default=None, help="specwatch client transport (default: specwatch's default)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin server/client to cores 1/0")
     ap.add_argument("--quiet-wait-s", type=float, default=900, help="wait this long for a quiet machine")
     return ap.parse_args()
@@ -122,7 +126,8 @@ def main() -> int:
                 return C.specwatch_cell(url, concurrency=c, requests=a.requests or max(16, 2 * c),
                                         prompt_class=a.prompt_class, prompt_tokens=a.prompt_tokens,
                                         max_tokens=a.max_tokens, warmup=2 if i == 0 else 0, tag=f"c{c}",
-                                        namespace=f"{namespace}-{time.time_ns()}")  # fresh nonces on a retry
+                                        namespace=f"{namespace}-{time.time_ns()}",  # fresh nonces on a retry
+                                        transport=a.transport, workers=1)  # one process: requests carry ids
 
             got, quiet = C.quiet_run(f"cell c={c}", cell, a.quiet_wait_s)
             if quiet != "quiet":

@@ -184,6 +184,7 @@ _BENCH_OPTIONS = {
     "temperature": "--temperature", "seed": "--seed", "request_rates": "--rate", "arrival": "--arrival",
     "burstiness": "--burstiness", "max_concurrency": "--max-concurrency", "protocol": "--protocol",
     "corpus": "--corpus", "nonce": "--nonce", "slo": "--slo", "kv_poll_s": "--kv-poll",
+    "client_workers": "--client-workers", "client_transport": "--client-transport",
 }
 
 
@@ -240,6 +241,10 @@ def bench(
     read_timeout: Annotated[float, typer.Option(help="seconds without a byte before a request is a client timeout")]
     = 300.0,
     max_prefix_cache_hit_rate: Annotated[float, typer.Option(help="reject cells at or above this hit rate")] = 0.01,
+    client_workers: Annotated[int | None, typer.Option(help="client processes per cell (default: from concurrency)")]
+    = None,
+    client_transport: Annotated[str, typer.Option(help="httpx, httpx-uvloop, aiohttp or aiohttp-uvloop")]
+    = WorkloadSpec.model_fields["client_transport"].default,
     json_path: Annotated[Path | None, typer.Option("--json", help="write the results as JSON")] = None,
     slo: Annotated[str | None, typer.Option(help="goodput SLOs in ms, e.g. ttft_ms=200,tpot_ms=50,e2e_ms=5000")]
     = None,
@@ -276,6 +281,7 @@ def bench(
         requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature, protocol=protocol,
         corpus=corpus, nonce=nonce, slo=_slo(slo), kv_poll_s=None if kv_poll == "off" else _duration(kv_poll),
+        client_workers=client_workers, client_transport=client_transport,
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
     started = datetime.now(UTC)

@@ -302,6 +302,22 @@ class RequestSample(_Record):
 SLO_NAMES = tuple(SloSpec.model_fields)
 
 
+class ClientCheck(_Record):
+    """The client's own lag over one cell, merged over its worker processes (bench/selfcheck.py).
+
+    Quantiles are over the samples of all workers together; CPU share is the busiest worker's.
+    """
+
+    workers: int
+    transport: str
+    loop_lag_ms_p50: float | None = None  # a sleeper's lateness on each worker's event loop
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    stamp_delay_ms_p99: float | None = None  # a byte readable on a socket -> the loop's coroutine stamps it
+    cpu_share_max: float | None = None  # process CPU time / wall, the busiest worker
+    send_lateness_ms_p99: float | None = None  # open loop: sent after the planned time by this much
+
+
 class CellResult(_Record):
     load_mode: LoadMode = "closed"
     concurrency: int | None = None  # closed loop only
@@ -327,6 +343,7 @@ class CellResult(_Record):
     # False where requests share prefixes on purpose (multi-turn classes, workload.nonce: false):
     # the window's prefix-cache hit rate is then reported, not gated.
     prefix_cache_gate: bool = True
+    client: ClientCheck | None = None
 
     @property
     def key(self) -> CellKey:
@@ -537,8 +554,11 @@ class CellResult(_Record):
     def summary(self) -> dict[str, Any]:
         """The cell as one flat row: its own figures plus the counter window's (no per-request detail)."""
         window = self.window.model_dump(exclude={"accepted_per_position"})
+        window = self.window.model_dump(exclude={"accepted_per_position"})
         slo = {f"slo_{k}": v for k, v in (self.slo or SloSpec()).model_dump().items()}
-        return {**self.model_dump(exclude={"requests", "window", "slo"}), **window, **slo}
+        # the client check as client_* columns (sql/migrations/008_client_check.sql)
+        client = {f"client_{name}": getattr(self.client, name, None) for name in ClientCheck.model_fields}
+        return {**self.model_dump(exclude={"requests", "window", "slo", "client"}), **window, **slo, **client}
 
 
 class RankRecord(_Record):

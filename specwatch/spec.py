@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -63,6 +64,7 @@ BackendName = Annotated[str, _registered("backend", "specwatch.engine.images", "
 LauncherName = Annotated[str, _registered("launcher", "specwatch.engine.launchers", "LAUNCHERS", ("endpoint",))]
 ProtocolName = Annotated[str, _registered("protocol", "specwatch.bench.protocols", "PROTOCOLS")]
 PromptClass = Annotated[str, _registered("prompt class", "specwatch.bench.prompts", "SOURCES")]
+TransportName = Annotated[str, _registered("client_transport", "specwatch.bench.transports", "TRANSPORTS")]
 
 
 class _Strict(BaseModel):
@@ -346,6 +348,16 @@ class WorkloadSpec(_Strict):
                                 "output_tokens) instead of prompt_classes; relative to the experiment file")
     nonce: bool = Field(default=True, description="false: send prompts as written (a prefix-cache study; the "
                         "prefix-cache gate is then off)")
+    slo: SloSpec | None = Field(default=None, description="goodput objectives: ttft_ms, tpot_ms, e2e_ms")
+    kv_poll_s: Annotated[float, Field(ge=1.0)] | None = Field(
+        default=1.0, description="/metrics poll period for peak KV-cache usage (>= 1 s: polls cost the server); "
+                                 "null = off")
+    client_workers: PositiveInt | None = Field(
+        default=None, description="client processes per cell; null = from the cell's concurrency (bench/fanout.py)"
+    )
+    # Picked by benchmarks/client_capacity.py (benchmarks/README.md, section 2).
+    client_transport: TransportName = Field(default="aiohttp-uvloop",
+                                            description="what carries httpx's requests (bench/transports.py)")
 
     @field_validator("corpus")
     @classmethod
@@ -372,10 +384,17 @@ class WorkloadSpec(_Strict):
                 raise ValueError(f"rate {rate!r} is not a positive number of requests per second; fix: give rates "
                                  "above 0, e.g. [1, 2, 4], or leave request_rates out for closed-loop cells only")
         return rates
-    slo: SloSpec | None = Field(default=None, description="goodput objectives: ttft_ms, tpot_ms, e2e_ms")
-    kv_poll_s: Annotated[float, Field(ge=1.0)] | None = Field(
-        default=1.0, description="/metrics poll period for peak KV-cache usage (>= 1 s: polls cost the server); "
-                                 "null = off")
+
+    @field_validator("client_workers")
+    @classmethod
+    def _workers_fit_cores(cls, workers: int | None, info: ValidationInfo) -> int | None:
+        # Two client processes on one core stamp each other's chunks late: the client would
+        # measure itself. A stored spec was checked where it ran, not on this machine.
+        cores = len(os.sched_getaffinity(0))
+        if workers is not None and workers > cores and not (info.context or {}).get("stored"):
+            raise ValueError(f"client_workers {workers} is more than the {cores} cores this process may use "
+                             f"(os.sched_getaffinity); set client_workers <= {cores} or leave it unset (auto)")
+        return workers
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:
@@ -405,6 +424,11 @@ class SamplingSpec(_Strict):
 class Thresholds(_Strict):
     noise_band: Annotated[float, Field(gt=0, lt=1)] = 0.05
     max_prefix_cache_hit_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
+    # "client saturated" gate (bench/selfcheck.py); defaults from benchmarks/client_capacity.py,
+    # where decode-rate drift against server truth starts (benchmarks/README.md, section 2).
+    client_loop_lag_ms: PositiveFloat = 20.0
+    client_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.9
+    client_send_lateness_ms: PositiveFloat = 10.0
 
 
 class DesignSpec(_Strict):

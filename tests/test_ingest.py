@@ -78,10 +78,11 @@ def test_read_raw_names_the_missing_file(tmp_path: Path) -> None:
 
 
 def test_a_run_rebuilt_from_duckdb_equals_the_one_ingested(tmp_path: Path) -> None:
-    from specwatch.records import QualityRecord
+    from specwatch.records import ClientCheck, QualityRecord
     from specwatch.store.ingest import load
 
     result = rf.run()
+    result.arms[0].cells[0].client = ClientCheck(workers=2, transport="aiohttp", loop_lag_ms_p99=1.5, cpu_share_max=0.4)
     result.arms[0].probes = [[1, 2, 3], [4, 5]]
     result.arms[1].k_requested, result.arms[1].fallback_reason = 7, "k=7 rejected at startup: boom"
     result.quality = [QualityRecord(arm="k5", check="c", metric="m", value=1.0, passed=False, severity="regression")]

@@ -3,37 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 
-from specwatch.bench.client import Client, Output
+from specwatch.bench.client import Client
 from specwatch.bench.corpus import sources
+from specwatch.bench.fanout import FanOut, LoadRun, cell_streams, drive, prompt_maker, workers_for
 from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import Prompt, PromptRequest, repetition_ratio
-from specwatch.records import CellKey, CellResult, RequestSample
+from specwatch.bench.prompts import repetition_ratio
+from specwatch.bench.selfcheck import merge
+from specwatch.records import CellKey, CellResult
 
 
-async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
+async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | None = None) -> CellResult:
+    """`fan`: the worker processes for cells that need more than one (bench/fanout.py)."""
     wl = client.workload
     cell_ns = f"{client.target.namespace}:" + (f"c{key.concurrency}" if key.load == "closed" else key.id)
     source = next(s for s in sources(wl) if s.name == key.prompt_class)
-    streams = key.concurrency or 1  # side by side (multi-turn waves); an open loop has no fixed number
-
-    def make(i: int) -> Awaitable[Prompt]:
-        return source.prompt(PromptRequest(wl.seed, i, cell_ns, key.prompt_tokens, wl.nonce, streams), client.count)
+    make = prompt_maker(client, key, cell_ns)
 
     # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
     pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))
     pool.reverse()
-    results: list[tuple[RequestSample, Output]] = []
-
-    async def send(index: int, prompt: Prompt, scheduled: float | None = None) -> None:
-        # Unique per run, arm, block (the namespace), cell and index: joins samples with server logs.
-        sample, output = await client.stream(index, prompt, prompt.max_tokens or wl.max_tokens,
-                                             request_id=f"{client.target.namespace}/{key.id}/{index}")
-        results.append((sample.model_copy(update={"scheduled_s": scheduled}), output))
+    workers = workers_for(wl, cell_streams(wl, key))
 
     shape = load_shape(wl, key)  # an open loop's schedule is drawn here, before the window opens
     before = await client.metrics()
@@ -41,13 +34,20 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
     # Open loop has no concurrency to reach, so the gauge (which costs the server) is not polled.
     sampler = asyncio.create_task(max_running(client, stop, key.concurrency)) if key.concurrency else None
     kv = None if wl.kv_poll_s is None else asyncio.create_task(kv_cache_peak(client, stop, wl.kv_poll_s))
-    outcome = await shape.run(LoadContext(key.concurrency or 0, pool, make, send, client.metrics))  # 0: open loop
+    run: LoadRun
+    if workers == 1:
+        run = await drive(client, key, shape,
+                          lambda send: LoadContext(key.concurrency or 0, pool, make, send, client.metrics))
+    else:
+        assert fan is not None, "a cell of several workers needs the FanOut measure_cells starts"
+        run = await fan.run(client, key, cell_ns, pool, workers)
+    outcome = run.outcome
     stop.set()
     peak = await sampler if sampler else None
     kv_peak, kv_polls = (None, 0) if kv is None else await kv
 
     samples = []
-    for sample, output in sorted(results, key=lambda r: r[0].index):
+    for sample, output in sorted(run.results, key=lambda r: r[0].index):
         started = sample.started_s - outcome.t0  # taken on the perf_counter clock; stored relative to the cell start
         if started + (sample.e2e_s or 0.0) > outcome.wall_s:
             continue
@@ -76,5 +76,6 @@ async def run_cell(client: Client, key: CellKey, gates: Gates) -> CellResult:
         slo=wl.slo,
         requests=samples,
         prefix_cache_gate=wl.nonce and not source.reuses_prefixes,
+        client=merge(run.checks, wl.client_transport, samples),
     )
     return gate(cell, gates)

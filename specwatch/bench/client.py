@@ -1,11 +1,13 @@
 """One httpx.AsyncClient per benchmark: every call specwatch makes to an endpoint goes through here.
 
 Per request it times TTFT and decode from the stream but counts tokens from `usage`
-(under speculation one SSE chunk carries several tokens).
+(under speculation one SSE chunk carries several tokens). What carries the requests under
+httpx is the workload's `client_transport` (specwatch.bench.transports).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -17,6 +19,7 @@ import httpx
 from specwatch.bench.metrics import MetricsSnapshot, parse_metrics, running_requests
 from specwatch.bench.prompts import Conversation, Prompt, user
 from specwatch.bench.protocols import RequestProtocol, protocol_for
+from specwatch.bench.transports import transport_for
 from specwatch.records import ARRIVAL_GAP_S, RequestSample, itl_bucket
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -62,10 +65,11 @@ class Client:
         self.sampling = sampling
         self.protocol: RequestProtocol = protocol_for(workload.protocol)
         limit = streams + SPARE_CONNECTIONS
+        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.http = httpx.AsyncClient(
             base_url=target.base_url,
             timeout=_timeout(workload),
-            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+            transport=transport_for(workload.client_transport).make(limits),
         )
 
     async def __aenter__(self) -> Client:
@@ -99,6 +103,11 @@ class Client:
     async def running(self) -> float | None:
         return running_requests(await self.metrics_text())
 
+    async def open_connections(self, count: int) -> None:
+        """Open `count` pooled connections now (concurrent GET /health: no engine work), so that
+        connecting does not happen on the first requests of a window."""
+        await asyncio.gather(*(self.http.get("/health") for _ in range(count)))
+
     async def check_ready(self) -> None:
         try:
             resp = await self.http.get("/v1/models")
@@ -127,6 +136,7 @@ class Client:
         t0 = time.perf_counter()
         t_first: float | None = None
         t_last: float | None = None
+        t_end: float | None = None  # the stream's end: parsing after it is not request time
         chunks = 0
         usage: dict[str, Any] | None = None
         parts: list[str] = []
@@ -135,7 +145,7 @@ class Client:
         spec: dict[str, Any] = {}
 
         def sample(status: str, error: str | None = None) -> RequestSample:
-            now = time.perf_counter()
+            now = t_end or time.perf_counter()
             itl: dict[int, int] = {}
             for g in gaps:
                 bucket = itl_bucket(g * 1000.0)
@@ -167,28 +177,34 @@ class Client:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode(errors="replace")[:200]
                     return sample("error", f"HTTP {resp.status_code}: {text}"), ""
-                async for line in resp.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        break
-                    event = json.loads(data)
-                    if event.get("usage"):
-                        usage = event["usage"]
-                        # vLLM --per-request-spec-decode-metrics: rides on the final usage chunk.
-                        spec = (event.get("metrics") or {}).get("speculative_decoding") or {}
-                    for choice in event.get("choices") or []:
-                        text, token_ids = self.protocol.delta(choice)
-                        if text or token_ids:
-                            now = time.perf_counter()
-                            if t_last is not None:
-                                gaps.append(now - t_last)
-                            t_last = now
-                            t_first = t_first or now
-                            chunks += 1
-                            parts.append(text)
-                            ids.extend(token_ids)
+                # The hot path only stamps each read as it returns and keeps its bytes: splitting
+                # events and parsing JSON wait until the stream ended, so no read is stamped late
+                # because the previous one was still being parsed. Raw bytes: SSE is not compressed.
+                reads = [(time.perf_counter(), data) async for data in resp.aiter_raw()]
+            t_end = time.perf_counter()
+            pending = b""
+            for stamp, data in reads:
+                # An event split over two reads is complete, and so stamped, with the second one.
+                *events, pending = (pending + data).split(b"\n\n")
+                for raw in events:
+                    for line in raw.splitlines():
+                        if not line.startswith(b"data:") or (payload := line[5:].strip()) == b"[DONE]":
+                            continue
+                        event = json.loads(payload)
+                        if event.get("usage"):
+                            usage = event["usage"]
+                            # vLLM --per-request-spec-decode-metrics: rides on the final usage chunk.
+                            spec = (event.get("metrics") or {}).get("speculative_decoding") or {}
+                        for choice in event.get("choices") or []:
+                            text, token_ids = self.protocol.delta(choice)
+                            if text or token_ids:
+                                if t_last is not None:
+                                    gaps.append(stamp - t_last)
+                                t_last = stamp
+                                t_first = t_first or stamp
+                                chunks += 1
+                                parts.append(text)
+                                ids.extend(token_ids)
         except httpx.ReadTimeout:
             return sample("timeout", f"client read timeout: no bytes for {self.workload.read_timeout_s}s "
                                      "(read_timeout_s); a client limit, not a server measurement"), ""

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specwatch.bench.selfcheck import saturation
 from specwatch.records import ARRIVAL_GAP_S, MAX_COALESCED_SHARE, MIN_GROUP_SHARE, CellResult
-from specwatch.spec import ExperimentSpec
+from specwatch.spec import ExperimentSpec, Thresholds
+
+_DEFAULT = Thresholds()
 
 
 @dataclass(frozen=True)
 class Gates:
     max_prefix_cache_hit_rate: float = 0.01
     repetition_flag_ratio: float = 0.5
+    client_loop_lag_ms: float = _DEFAULT.client_loop_lag_ms
+    client_cpu_share: float = _DEFAULT.client_cpu_share
+    client_send_lateness_ms: float = _DEFAULT.client_send_lateness_ms
 
     @classmethod
     def of(cls, spec: ExperimentSpec) -> Gates:
-        return cls(spec.thresholds.max_prefix_cache_hit_rate, spec.workload.repetition_flag_ratio)
+        t = spec.thresholds
+        return cls(t.max_prefix_cache_hit_rate, spec.workload.repetition_flag_ratio, t.client_loop_lag_ms,
+                   t.client_cpu_share, t.client_send_lateness_ms)
 
 
 def gate(cell: CellResult, gates: Gates) -> CellResult:
@@ -24,8 +32,14 @@ def gate(cell: CellResult, gates: Gates) -> CellResult:
     if cell.requests_failed:
         first = next(r for r in cell.requests if r.status != "ok")
         reasons.append(f"{cell.requests_failed} of {len(cell.requests)} requests failed (first: {first.error})")
+    client = cell.client and saturation(cell.client, gates.client_loop_lag_ms, gates.client_cpu_share,
+                                        gates.client_send_lateness_ms)
+    if client:
+        reasons.append(f"client saturated ({', '.join(client)}): the client, not the server, set these timings; "
+                       "fix: more client_workers, more cores for the client, or a lighter client_transport")
     bursts = sum(r.coalesced for r in cell.requests)
-    if bursts > MAX_COALESCED_SHARE * len(cell.requests):
+    # A saturated client coalesces reads itself: then the reason above is the cause, not the server.
+    if not client and bursts > MAX_COALESCED_SHARE * len(cell.requests):
         reasons.append(
             f"{bursts} of {len(cell.requests)} streams arrived in one burst (median gap between chunks "
             f"in fewer reads {ARRIVAL_GAP_S * 1e3:g} ms apart than {MIN_GROUP_SHARE:.0%} of their chunks; more than "

@@ -14,7 +14,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from specwatch.bench.metrics import MetricsSnapshot
@@ -36,11 +36,20 @@ class LoadContext:
     make: Callable[[int], Awaitable[Prompt]]  # one more prompt, when a timed window outlasts the pool
     send: Send
     snapshot: Callable[[], Awaitable[MetricsSnapshot]]
-    # The fan-out seam: this shape is worker `worker` of `workers`, all starting at the shared instant
-    # `t0` (time.perf_counter, the same clock in every process on Linux); None: start now.
+    # Fan-out (bench/fanout.py): this process is worker `worker` of `workers`, each running the shape
+    # on its own share of the streams and the pool; all start at `t0` (perf_counter: CLOCK_MONOTONIC,
+    # one clock for every process on the host).
     worker: int = 0
     workers: int = 1
-    t0: float | None = None
+    t0: float = field(default_factory=time.perf_counter)
+
+
+async def start(ctx: LoadContext) -> float:
+    """Wait for the cell's shared start instant; returns it."""
+    # A loop's timers may fire up to its clock resolution early (uvloop: 1 ms): no request before t0.
+    while (left := ctx.t0 - time.perf_counter()) > 0:
+        await asyncio.sleep(left)
+    return ctx.t0
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,14 @@ class LoadOutcome:
 class LoadShape(Protocol):
     name: str
 
+    @property
+    def duration_s(self) -> float | None:
+        """The window closes this long after t0; None: when the last request ended.
+
+        A fanned-out cell's parent closes the counter window itself, so it must know which.
+        """
+        ...
+
     async def run(self, ctx: LoadContext) -> LoadOutcome: ...
 
 
@@ -60,13 +77,14 @@ class ClosedLoop:
     """`concurrency` workers send the pool's requests back to back; the window closes when the last ends."""
 
     name = "closed"
+    duration_s: float | None = None
 
     async def run(self, ctx: LoadContext) -> LoadOutcome:
         async def worker() -> None:
             while ctx.pool:
                 await ctx.send(*ctx.pool.pop())
 
-        t0 = time.perf_counter()
+        t0 = await start(ctx)
         await asyncio.gather(*(worker() for _ in range(ctx.concurrency)))
         wall = time.perf_counter() - t0
         return LoadOutcome(t0, wall, await ctx.snapshot())
@@ -83,7 +101,9 @@ class TimedClosedLoop:
     name = "duration"
 
     async def run(self, ctx: LoadContext) -> LoadOutcome:
-        next_index = max((i for i, _ in ctx.pool), default=-1) + 1
+        # Workers hold every workers-th index of the pool (bench/fanout.py): more prompts keep to that
+        # stride, so indexes never collide across workers.
+        next_index = max((i for i, _ in ctx.pool), default=ctx.worker - ctx.workers) + ctx.workers
         deadline = math.inf
 
         async def worker() -> None:
@@ -92,14 +112,14 @@ class TimedClosedLoop:
                 if ctx.pool:
                     index, prompt = ctx.pool.pop()
                 else:
-                    index, next_index = next_index, next_index + 1
+                    index, next_index = next_index, next_index + ctx.workers
                     prompt = await ctx.make(index)  # the pre-built pool ran dry: a longer window than expected
                 await ctx.send(index, prompt)
 
-        t0 = time.perf_counter()
+        t0 = await start(ctx)
         deadline = t0 + self.duration_s
         workers = asyncio.gather(*(worker() for _ in range(ctx.concurrency)))
-        await asyncio.sleep(self.duration_s)
+        await asyncio.sleep(max(0.0, deadline - time.perf_counter()))
         after = await ctx.snapshot()
         await workers
         return LoadOutcome(t0, self.duration_s, after)
@@ -151,11 +171,12 @@ class OpenLoop:
     offsets: tuple[float, ...]
     max_concurrency: int | None = None
     name = "rate"
+    duration_s = None  # the window closes when the last request ended
 
     async def run(self, ctx: LoadContext) -> LoadOutcome:
         prompts = dict(ctx.pool)
         ctx.pool.clear()
-        t0 = time.perf_counter() if ctx.t0 is None else ctx.t0
+        t0 = ctx.t0  # slot 0 is planned at t0: the sleep below waits for it
         cap = asyncio.Semaphore(-(-self.max_concurrency // ctx.workers) if self.max_concurrency else len(self.offsets))
 
         async def capped(slot: int, prompt: Prompt, planned: float) -> None:

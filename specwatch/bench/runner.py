@@ -1,14 +1,14 @@
 """Running a launch's benchmark: readiness and warm-up, the greedy probes, and every cell.
 
-`measure_cells` runs the cells in the calling process. A `CellRunner` decides where that
-happens: `InProcess` (the standalone `specwatch bench`, tests) or `Isolated` (a fresh
-process, what the flow uses). A runner that fans a cell out over several worker processes
-is a third implementation of the same protocol.
+`measure_cells` runs the cells from the calling process; a cell that needs more than one
+client process fans out over worker processes (bench/fanout.py), started once per call. A
+`CellRunner` decides where the calling process is: `InProcess` (the standalone `specwatch
+bench`, tests) or `Isolated` (a fresh process, what the flow uses).
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,9 +17,11 @@ from typing import Protocol
 from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
 from specwatch.bench.corpus import sources
+from specwatch.bench.fanout import FanOut, cell_streams, workers_for
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import PromptRequest
+from specwatch.bench.transports import run_on_loop
 from specwatch.records import CellKey, CellResult
 from specwatch.spec import SamplingSpec, WorkloadSpec
 
@@ -89,23 +91,26 @@ async def measure_cells(
 ) -> list[CellResult]:
     """Every cell of the workload, in order, in this process."""
     keys = cell_keys(workload)
-    # An open loop may have every request of its cell in flight at once: a connection cap would queue
-    # them inside the client, where the send-time lateness cannot see it.
-    streams = max(k.concurrency or workload.max_concurrency or workload.requests_per_cell for k in keys)
-    async with Client(target, workload, sampling, streams=streams) as client:
-        cells = []
-        for key in keys:
-            cell = await run_cell(client, key, gates)
-            mal = cell.window.mean_acceptance_length
-            log.info(
-                "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
-                key.label, cell.decode_tok_s_median or 0.0, "n/a" if mal is None else f"{mal:.2f}",
-                f", REJECTED: {cell.reject_reason}" if cell.rejected else "",
-            )
-            cells.append(cell)
-            if on_cell:
-                on_cell(cell)
-        return cells
+    most = max(workers_for(workload, cell_streams(workload, k)) for k in keys)
+    # worker processes only when some cell needs more than one; then once for every cell
+    with FanOut(most, workload.client_transport) if most > 1 else contextlib.nullcontext() as fan:
+        # An open loop may have every request of its cell in flight at once: a connection cap would queue
+        # them inside the client, where the send-time lateness cannot see it.
+        streams = max(cell_streams(workload, k) for k in keys)
+        async with Client(target, workload, sampling, streams=streams) as client:
+            cells = []
+            for key in keys:
+                cell = await run_cell(client, key, gates, fan)
+                mal = cell.window.mean_acceptance_length
+                log.info(
+                    "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
+                    key.label, cell.decode_tok_s_median or 0.0, "n/a" if mal is None else f"{mal:.2f}",
+                    f", REJECTED: {cell.reject_reason}" if cell.rejected else "",
+                )
+                cells.append(cell)
+                if on_cell:
+                    on_cell(cell)
+            return cells
 
 
 class CellRunner(Protocol):
@@ -119,7 +124,7 @@ class InProcess:
 
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
-        return asyncio.run(measure_cells(target, workload, sampling, gates, self.on_cell))
+        return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates, self.on_cell))
 
 
 def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
@@ -127,7 +132,7 @@ def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: Sam
     # A spawned process starts with default logging: keep per-cell progress visible on stderr.
     logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
     logging.getLogger("specwatch").setLevel(logging.INFO)
-    return asyncio.run(measure_cells(target, workload, sampling, gates))
+    return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates))
 
 
 @dataclass(frozen=True)

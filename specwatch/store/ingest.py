@@ -17,6 +17,7 @@ from specwatch.records import (
     ArmResult,
     CellResult,
     CheckpointFacts,
+    ClientCheck,
     HostFacts,
     ImageRef,
     LaunchRecord,
@@ -173,7 +174,10 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         accepted = [per_pos[i] for i in sorted(per_pos)] if per_pos else None
         window = SpecWindow.model_validate({**_own(SpecWindow, c), "accepted_per_position": accepted})
         limits = {name: c[f"slo_{name}"] for name in SLO_NAMES if c[f"slo_{name}"] is not None}
+        client = {name: c[f"client_{name}"] for name in ClientCheck.model_fields}
         cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "slo": limits or None,
+                                          "client": ClientCheck.model_validate(client)
+                                          if client["workers"] is not None else None,
                                           "requests": sorted(
             requests.get(key, []), key=lambda r: r.index), "flags": [] if c["flags"] is None else list(c["flags"])})
         cells.setdefault(key[:2], []).append(cell)
