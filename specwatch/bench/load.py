@@ -44,11 +44,16 @@ class LoadContext:
     t0: float = field(default_factory=time.perf_counter)
 
 
-async def start(ctx: LoadContext) -> float:
-    """Wait for the cell's shared start instant; returns it."""
-    # A loop's timers may fire up to its clock resolution early (uvloop: 1 ms): no request before t0.
-    while (left := ctx.t0 - time.perf_counter()) > 0:
+async def sleep_until(instant: float) -> None:
+    """Sleep until `instant` on perf_counter, never less."""
+    # A loop's timers may fire up to its clock resolution early (uvloop: 1 ms).
+    while (left := instant - time.perf_counter()) > 0:
         await asyncio.sleep(left)
+
+
+async def start(ctx: LoadContext) -> float:
+    """Wait for the cell's shared start instant (no request before it); returns it."""
+    await sleep_until(ctx.t0)
     return ctx.t0
 
 
@@ -186,9 +191,7 @@ class OpenLoop:
         in_flight: list[asyncio.Future[None]] = []
         for slot in range(ctx.worker, len(self.offsets), ctx.workers):
             planned = t0 + self.offsets[slot]
-            delay = planned - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await sleep_until(planned)
             in_flight.append(asyncio.ensure_future(capped(slot, prompts.pop(slot), planned)))
         await asyncio.gather(*in_flight)
         wall = time.perf_counter() - t0
