@@ -535,13 +535,6 @@ class CellResult(_Record):
 
     @computed_field
     @property
-    def send_lateness_ms_p99(self) -> float | None:
-        """Rate cells: the 99th percentile of how late requests were sent against their plan."""
-        late = [r.send_lateness_s * 1e3 for r in self.requests if r.send_lateness_s is not None]
-        return _quantile(late, 0.99)
-
-    @computed_field
-    @property
     def server_aggregate_tok_s(self) -> float | None:
         """The server's own generation-token delta over the same window."""
         return _ratio(self.window.generation_tokens, self.wall_s)

@@ -86,7 +86,7 @@ def test_bench_rate_cells_in_the_json(tmp_path: Path) -> None:
     (cell,) = json.loads(out.read_text())["cells"]
     assert (cell["cell"], cell["load_mode"], cell["concurrency"]) == ("rate/r20/code/p32", "rate", None)
     assert (cell["request_rate"], cell["arrival"], cell["burstiness"]) == (20.0, "gamma", 2.0)
-    assert cell["achieved_rate"] > 10 and cell["send_lateness_ms_p99"] >= 0
+    assert cell["achieved_rate"] > 10 and cell["client_send_lateness_ms_p99"] >= 0
     assert "r=20/s" in res.output
 def test_bench_saves_vllm_results_with_goodput(tmp_path: Path) -> None:
     out = tmp_path / "vllm.jsonl"
