@@ -34,15 +34,16 @@ import _common as C  # noqa: E402
 
 from specwatch.bench.client import BenchTarget, Client  # noqa: E402
 from specwatch.bench.gates import Gates  # noqa: E402
+from specwatch.bench.prompts import Conversation, as_text  # noqa: E402
 from specwatch.bench.runner import measure_cells, prepare  # noqa: E402
 from specwatch.spec import SamplingSpec, WorkloadSpec  # noqa: E402
 from specwatch_testing import fake_vllm as fake_server  # noqa: E402
 
 
-async def _local_token_ids(self: Client, text: str) -> list[int]:
+async def _local_count(self: Client, messages: Conversation) -> int:
     # The fake server's own tokenizer, in-process: the same counts without ~8 /tokenize round trips per
     # prompt (10k prompts take ~15 min on a loaded 2-core host). Calibration is not what this measures.
-    return fake_server.tokenize(text, fake_server.Settings.vocab_size)
+    return len(fake_server.tokenize(as_text(messages), fake_server.Settings.vocab_size))
 
 
 def parse() -> argparse.Namespace:
@@ -60,7 +61,7 @@ def parse() -> argparse.Namespace:
 def main() -> None:
     args = parse()
     C.pin_self(C.CLIENT_CORE)
-    Client.token_ids = _local_token_ids  # type: ignore[method-assign]
+    Client.count = _local_count  # type: ignore[method-assign]
     wl = WorkloadSpec(prompt_classes=["code"], prompt_tokens=16, max_tokens=args.max_tokens, concurrency=[],
                       request_rates=[args.rate], arrival=args.arrival, burstiness=args.burstiness,
                       requests_per_cell=args.requests, warmup_requests=2, seed=args.seed, read_timeout_s=60)

@@ -11,9 +11,13 @@ from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import repetition_ratio
+from specwatch.bench.prompts import Prompt, repetition_ratio
 from specwatch.bench.selfcheck import merge
 from specwatch.records import CellKey, CellResult
+
+# Prompts calibrated at once before a cell (each a bisection of /tokenize calls): enough to keep a
+# server's tokenizer busy, few enough that no server sees a burst of connections.
+CALIBRATION_CONCURRENCY = 32
 
 
 async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | None = None) -> CellResult:
@@ -23,8 +27,15 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
     source = next(s for s in sources(wl) if s.name == key.prompt_class)
     make = prompt_maker(client, key, cell_ns)
 
-    # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it.
-    pool = list(enumerate(await asyncio.gather(*(make(i) for i in range(wl.requests_per_cell)))))
+    # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it;
+    # a bounded number at a time: a 10k-request rate cell would otherwise open 10k connections at once.
+    calibrating = asyncio.Semaphore(CALIBRATION_CONCURRENCY)
+
+    async def calibrated(i: int) -> Prompt:
+        async with calibrating:
+            return await make(i)
+
+    pool = list(enumerate(await asyncio.gather(*(calibrated(i) for i in range(wl.requests_per_cell)))))
     pool.reverse()
     workers = workers_for(wl, cell_streams(wl, key))
 
