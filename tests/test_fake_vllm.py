@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.engine.launchers import free_port
-from specwatch_testing.server import fake_vllm_argv, run_fake_vllm
+from specwatch_testing.server import child_pids, fake_vllm_argv, fake_vllm_process, run_fake_vllm
 
 MODEL = "fake/m"
 K = 3
@@ -153,3 +155,33 @@ def test_boot_delay_health_503_then_200() -> None:
                 break
             time.sleep(0.05)
         assert 503 in codes and codes[-1] == 200
+
+
+def test_two_processes_behind_one_port_answer_for_both() -> None:
+    args = ["--model", MODEL, "--spec-config", SPEC, "--step-ms", "1", "--ttft-ms", "1", "--procs", "2"]
+    with fake_vllm_process(args) as (url, proc):
+        deadline = time.monotonic() + 5
+        while len(children := child_pids(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(children) == 2
+        httpx.post(f"{url}/truth/reset").raise_for_status()
+        # A connection each: SO_REUSEPORT hashes connections, so 2**-23 is the chance one process got them all.
+        usages = []
+        for i in range(24):
+            resp = completion(url, 5 + i % 4, stream=False, prompt=f"unique request {i} two engines")
+            usages.append(resp.json()["usage"]["completion_tokens"])
+        m = metrics(url)
+        per_engine = {e: value(m, "vllm:generation_tokens_total", engine=e) for e in ("0", "1")}
+        assert sum(per_engine.values()) == sum(usages) and min(per_engine.values()) > 0
+        assert value(m, "vllm:num_requests_running", engine="1") == 0
+        drafts = sum(value(m, "vllm:spec_decode_num_drafts_total", engine=e) for e in ("0", "1"))
+        for _ in range(4):  # whichever process answers merges both
+            truth = httpx.get(f"{url}/truth").json()
+            assert len(truth["records"]) == 24 and truth["totals"]["requests"] == 24
+            assert truth["totals"]["generation_tokens"] == sum(usages) and truth["totals"]["drafts"] == drafts
+            assert sorted(r["completion_tokens"] for r in truth["records"]) == sorted(usages)
+        httpx.post(f"{url}/truth/reset").raise_for_status()
+        assert httpx.get(f"{url}/truth").json()["totals"]["requests"] == 0
+        os.kill(proc.pid, signal.SIGTERM)  # the parent alone: it must stop its children itself
+        proc.wait(5)
+        assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")]

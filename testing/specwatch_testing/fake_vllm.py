@@ -28,30 +28,53 @@ Simulation model (deliberately simple, so the truth is analytic):
   list are never accepted.
 - Exactly max_tokens tokens are generated (ignore_eos semantics, always).
 - Everything random is seeded by `--seed` + the prompt text, so a prompt replays exactly.
+
+Several processes behind one port (`--procs N`, `--cores 1,2,3` pins process i to the i-th core;
+`--cores` alone implies `--procs`): one fake_vllm core serves ~15-19k SSE chunks/s, so a client on
+several cores needs several. Each process is an engine of its own (own batch, `--max-num-seqs`,
+prefix cache, `--fail-every` count) on a socket bound with SO_REUSEPORT to the public port (the kernel
+spreads connections over them) and on a private port of its own. Any process's `/metrics` answers
+for the whole set: its siblings' `/metrics/local` merged in, one label set per `engine` label, as
+vLLM with several engines, so counter windows and the running gauge summed over labels see them
+all. `/truth` merges every process's records (one monotonic clock, one t0) and sums the totals;
+`/truth/reset` resets them all (`/truth/local`, `/truth/reset/local`: one process). `/tokenize`,
+`/v1/models`, `/health` answer per process. The parent supervises: a child that exits stops the
+set (exit 1); SIGTERM/SIGINT stop every child; a child whose parent died gets SIGTERM from the
+kernel (PR_SET_PDEATHSIG). `--procs 1` (the default) is one plain uvicorn process, as always.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import json
+import multiprocessing
+import multiprocessing.connection
+import os
 import random
 import re
+import signal
+import socket
 import sys
 import time
 import uuid
 import zlib
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing, asynccontextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 from pydantic import BaseModel, ConfigDict, Field
 
 VERSION = "fake-0.1"
@@ -107,6 +130,7 @@ class Settings:
     chat: bool = True  # the model has a chat template
     num_gpu_blocks: int = 4096  # KV-cache capacity, in BLOCK_SIZE-token blocks
     per_request_spec_decode_metrics: str = "none"  # none | summary, as vLLM's flag
+    engine: int = 0  # this process's `engine` label in a multi-process server (--procs)
 
     @property
     def conditional(self) -> tuple[float, ...]:
@@ -146,7 +170,7 @@ class Metrics:
     def __init__(self, s: Settings) -> None:
         self.registry = r = CollectorRegistry()
         lab = ["engine", "model_name"]
-        self._lv = {"engine": "0", "model_name": s.model}
+        self._lv = {"engine": str(s.engine), "model_name": s.model}
 
         def counter(name: str, doc: str, extra: list[str] | None = None) -> Counter:
             return Counter(name, doc, lab + (extra or []), registry=r)
@@ -169,7 +193,7 @@ class Metrics:
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption.").labels(**self._lv)
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                      ["block_size", "num_gpu_blocks", "engine"], registry=r)
-        info.labels(block_size=str(BLOCK_SIZE), num_gpu_blocks=str(s.num_gpu_blocks), engine="0").set(1)
+        info.labels(block_size=str(BLOCK_SIZE), num_gpu_blocks=str(s.num_gpu_blocks), engine=str(s.engine)).set(1)
         self.spec_enabled = s.method is not None
         if self.spec_enabled:  # vLLM registers these only when speculation is configured
             self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.").labels(**self._lv)
@@ -234,13 +258,23 @@ class Totals:
     accepted: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
 
+    @classmethod
+    def summed(cls, parts: Sequence[Totals]) -> Totals:
+        """The totals of several engines (the processes of one server)."""
+        out = cls(accepted_per_pos=[sum(col) for col in zip(*(p.accepted_per_pos for p in parts), strict=True)])
+        for f in fields(cls):
+            if f.name != "accepted_per_pos":
+                setattr(out, f.name, sum(getattr(p, f.name) for p in parts))
+        return out
+
 
 class Engine:
-    def __init__(self, s: Settings) -> None:
+    def __init__(self, s: Settings, t0: float | None = None) -> None:
         self.s = s
         self.metrics = Metrics(s)
         self.cache = PrefixCache()
-        self.t0 = time.monotonic()
+        # A multi-process server shares its parent's t0 (CLOCK_MONOTONIC is system-wide): one time base.
+        self.t0 = time.monotonic() if t0 is None else t0
         self.records: list[TruthRecord] = []
         self.totals = Totals(accepted_per_pos=[0] * s.k)
         self.completion_requests = 0
@@ -384,33 +418,86 @@ class Engine:
             self.records.append(rec)
 
     def truth(self) -> dict[str, Any]:
-        s, t = self.s, self.totals
-        step_s = s.step_ms * s.slowdown / 1000
-        tokens_per_step = 1 + sum(s.marginal)
-        return {
-            "config": {
-                "model": s.model,
-                "method": s.method,
-                "k": s.k,
-                "accept_probs_marginal": list(s.marginal),
-                "accept_probs_conditional": list(s.conditional),
-                "step_ms": s.step_ms,
-                "step_ms_per_seq": s.step_ms_per_seq,
-                "slowdown": s.slowdown,
-                "ttft_ms": s.ttft_ms,
-                "prefill_ms_per_token": s.prefill_ms_per_token,
-                # Ignores the capped final step, so long outputs approach it from below.
-                "expected_mean_acceptance_length": tokens_per_step,
-                "expected_decode_tok_s_c1": tokens_per_step / step_s,
-            },
-            "records": [r.as_dict() for r in self.records],
-            "totals": {
-                **asdict(t),
-                "mean_acceptance_length": 1 + t.accepted / t.drafts if t.drafts else None,
-                "per_position_acceptance": [a / t.drafts for a in t.accepted_per_pos] if t.drafts else None,
-                "draft_acceptance_rate": t.accepted / t.draft_tokens if t.draft_tokens else None,
-            },
-        }
+        return truth_view(self.s, [r.as_dict() for r in self.records], self.totals)
+
+
+def truth_view(s: Settings, records: list[dict[str, Any]], t: Totals) -> dict[str, Any]:
+    """/truth's body: the configuration, the records and the totals with their derived rates."""
+    step_s = s.step_ms * s.slowdown / 1000
+    tokens_per_step = 1 + sum(s.marginal)
+    return {
+        "config": {
+            "model": s.model,
+            "method": s.method,
+            "k": s.k,
+            "accept_probs_marginal": list(s.marginal),
+            "accept_probs_conditional": list(s.conditional),
+            "step_ms": s.step_ms,
+            "step_ms_per_seq": s.step_ms_per_seq,
+            "slowdown": s.slowdown,
+            "ttft_ms": s.ttft_ms,
+            "prefill_ms_per_token": s.prefill_ms_per_token,
+            # Ignores the capped final step, so long outputs approach it from below.
+            "expected_mean_acceptance_length": tokens_per_step,
+            "expected_decode_tok_s_c1": tokens_per_step / step_s,
+        },
+        "records": records,
+        "totals": {
+            **asdict(t),
+            "mean_acceptance_length": 1 + t.accepted / t.drafts if t.drafts else None,
+            "per_position_acceptance": [a / t.drafts for a in t.accepted_per_pos] if t.drafts else None,
+            "draft_acceptance_rate": t.accepted / t.draft_tokens if t.draft_tokens else None,
+        },
+    }
+
+
+def merged_truth(s: Settings, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One /truth for several engines' /truth/local: every record (by arrival), the totals summed."""
+    records = sorted((r for p in parts for r in p["records"]), key=lambda r: r["t_arrival"])
+    totals = Totals.summed([Totals(**{f.name: p["totals"][f.name] for f in fields(Totals)}) for p in parts])
+    return truth_view(s, records, totals)
+
+
+class MergedFamilies(Collector):
+    """Several engines' expositions as one: a family's samples from all of them (label sets differ by `engine`).
+
+    Every text is parsed, this process's own too, so each family (and each `_created` gauge) appears once.
+    """
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        merged: dict[str, Metric] = {}
+        for text in texts:
+            for family in text_string_to_metric_families(text):
+                if family.name in merged:
+                    merged[family.name].samples.extend(family.samples)
+                else:
+                    merged[family.name] = family
+        self._families = list(merged.values())
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+class Siblings:
+    """The other processes of a multi-process server, by their private base URLs (none: a plain server)."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = list(urls)
+        self._http: httpx.AsyncClient | None = None
+
+    async def each(self, method: str, path: str) -> list[httpx.Response]:
+        if not self.urls:
+            return []
+        if self._http is None:  # made on the server's own event loop
+            self._http = httpx.AsyncClient(timeout=10, trust_env=False)
+        responses = await asyncio.gather(*(self._http.request(method, url + path) for url in self.urls))
+        for r in responses:
+            r.raise_for_status()
+        return list(responses)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
 
 
 class _StreamOptions(BaseModel):
@@ -447,8 +534,10 @@ def _sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n"
 
 
-def build_app(s: Settings) -> FastAPI:
-    engine = Engine(s)
+def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None) -> FastAPI:
+    """The server; `siblings`: the private URLs of the other processes it answers /metrics and /truth for."""
+    engine = Engine(s, t0)
+    others = Siblings(siblings)
 
     async def log_stats() -> None:
         # Mirrors the engine's periodic "SpecDecoding metrics:" log line (interval window).
@@ -478,6 +567,7 @@ def build_app(s: Settings) -> FastAPI:
         yield
         if task:
             task.cancel()
+        await others.aclose()
 
     app = FastAPI(title="fake_vllm", lifespan=lifespan)
     app.state.engine = engine
@@ -512,17 +602,37 @@ def build_app(s: Settings) -> FastAPI:
         ids = tokenize(prompt, s.vocab_size)
         return JSONResponse({"count": len(ids), "max_model_len": s.max_model_len, "tokens": ids, "token_strs": None})
 
+    @app.get("/metrics/local")
+    async def metrics_local() -> Response:
+        return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        if not others.urls:
+            return await metrics_local()
+        texts = [generate_latest(engine.metrics.registry).decode()]
+        texts += [r.text for r in await others.each("GET", "/metrics/local")]
+        return Response(generate_latest(MergedFamilies(texts)), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/truth/local")
+    async def truth_local() -> dict[str, Any]:
+        return engine.truth()
 
     @app.get("/truth")
     async def truth() -> dict[str, Any]:
-        return engine.truth()
+        if not others.urls:
+            return engine.truth()
+        return merged_truth(s, [engine.truth(), *(r.json() for r in await others.each("GET", "/truth/local"))])
+
+    @app.post("/truth/reset/local")
+    async def truth_reset_local() -> dict[str, bool]:
+        engine.reset_truth()
+        return {"ok": True}
 
     @app.post("/truth/reset")
     async def truth_reset() -> dict[str, bool]:
         engine.reset_truth()
+        await others.each("POST", "/truth/reset/local")
         return {"ok": True}
 
     @app.post("/v1/completions")
@@ -637,6 +747,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     a = ap.add_argument
     a("--host", default="127.0.0.1")
     a("--port", type=int, default=8000)
+    a("--procs", type=int, default=None,
+      help="server processes behind --port (SO_REUSEPORT), /metrics and /truth summed over all; default: one "
+           "per --cores entry, else 1")  # fmt: skip
+    a("--cores", type=_ints, default=(), help="comma-separated cores, one per process, each pinned to its own")
     a("--model", default="fake/model", help="model id served (also --served-model-name)")
     a("--served-model-name", default=None)
     a("--max-model-len", type=int, default=4096)
@@ -699,10 +813,95 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
                        "draft_model": draft, "marginal": marginal})
 
 
+def process_cores(ns: argparse.Namespace) -> list[int | None]:
+    """One entry per server process: the core it is pinned to (None: not pinned)."""
+    cores: list[int | None] = list(ns.cores)
+    procs = ns.procs if ns.procs is not None else max(len(cores), 1)
+    if procs < 1:
+        raise ValueError(f"--procs {procs}: a server needs at least 1 process")
+    if cores and len(cores) != procs:
+        raise ValueError(f"--cores lists {len(cores)} cores for --procs {procs}: give one core per process")
+    return cores or [None] * procs
+
+
+# Graceful-shutdown timeout: stalled streams must not keep SIGTERM from ending us.
+_UVICORN: dict[str, Any] = {"log_level": "info", "access_log": False, "timeout_graceful_shutdown": 2}
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _listener(host: str, port: int, reuse_port: bool) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    # Listening before the children start: a connection the kernel gives a child still booting waits for it.
+    sock.listen(2048)
+    return sock
+
+
+def _serve_child(s: Settings, own: tuple[socket.socket, ...], every: Sequence[socket.socket],
+                 siblings: list[str], core: int | None, t0: float, parent: int) -> None:
+    # The kernel SIGTERMs a child whose parent died, even by SIGKILL: no child outlives its set.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before prctl took hold
+        return
+    for sock in every:
+        if sock not in own:  # a sibling's socket kept open here would queue connections nobody accepts
+            sock.close()
+    if core is not None:
+        os.sched_setaffinity(0, {core})
+    uvicorn.Server(uvicorn.Config(build_app(s, siblings, t0), **_UVICORN)).run(sockets=list(own))
+
+
+def serve_procs(s: Settings, host: str, port: int, cores: list[int | None]) -> int:
+    """One server process per entry of `cores` behind `port`; returns the exit code once all are stopped."""
+    public = [_listener(host, port, reuse_port=True)]
+    port = public[0].getsockname()[1]  # --port 0: the others join the port the first one got
+    public += [_listener(host, port, reuse_port=True) for _ in cores[1:]]
+    private = [_listener("127.0.0.1", 0, reuse_port=False) for _ in cores]
+    urls = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in private]
+    t0 = time.monotonic()
+    fork = multiprocessing.get_context("fork")  # the children inherit the bound sockets
+    children = [
+        fork.Process(target=_serve_child, name=f"fake_vllm-{i}",
+                     args=(replace(s, engine=i), (public[i], private[i]), [*public, *private],
+                           urls[:i] + urls[i + 1 :], core, t0, os.getpid()))
+        for i, core in enumerate(cores)
+    ]  # fmt: skip
+
+    def stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds into the finally below (uvicorn replaces it in the children)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        for child in children:
+            child.start()
+        for sock in (*public, *private):
+            sock.close()  # each child holds its own two
+        multiprocessing.connection.wait([child.sentinel for child in children])
+        gone = ", ".join(f"{c.name} (exit {c.exitcode})" for c in children if c.exitcode is not None)
+        print(f"ERROR fake_vllm {gone} ended; stopping the others", file=sys.stderr, flush=True)
+        return 1
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a second signal must not abandon the children
+            signal.signal(sig, signal.SIG_IGN)
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+        for child in children:
+            child.join(5)
+            if child.is_alive():
+                child.kill()
+                child.join()
+
+
 def main(argv: list[str] | None = None) -> None:
     ns, unknown = parse_args(argv)
     try:
         s = settings_from_args(ns)
+        cores = process_cores(ns)
     except ValueError as e:
         # Same shape as a vLLM config-validation failure, so log scrapers see the real thing.
         print(f"ERROR fake_vllm engine startup failed\nValueError: {e}", file=sys.stderr, flush=True)
@@ -721,11 +920,14 @@ def main(argv: list[str] | None = None) -> None:
         flush=True,
     )
     print(f"INFO {stamp} [kv_cache_utils.py] CPU KV cache size: {s.num_gpu_blocks * BLOCK_SIZE:,} tokens", flush=True)
-    print(f"INFO {stamp} [api_server.py] Starting vLLM API server on http://{ns.host}:{ns.port}", flush=True)
-    # Graceful-shutdown timeout: stalled streams must not keep SIGTERM from ending us.
-    uvicorn.run(
-        build_app(s), host=ns.host, port=ns.port, log_level="info", access_log=False, timeout_graceful_shutdown=2
-    )
+    pinned = f", cores {','.join(map(str, cores))}" if cores[0] is not None else ""
+    where = "" if len(cores) == 1 else f" ({len(cores)} processes{pinned})"
+    print(f"INFO {stamp} [api_server.py] Starting vLLM API server on http://{ns.host}:{ns.port}{where}", flush=True)
+    if len(cores) > 1:
+        sys.exit(serve_procs(s, ns.host, ns.port, cores))
+    if cores[0] is not None:
+        os.sched_setaffinity(0, {cores[0]})
+    uvicorn.run(build_app(s), host=ns.host, port=ns.port, **_UVICORN)
 
 
 if __name__ == "__main__":
