@@ -116,7 +116,7 @@ def test_quality_report_and_cleanup(ab_run) -> None:
     env = rows(db, "select launch_env from arms where arm = 'k3'")[0][0]
     assert "hf_not_a_real_token" not in env and "***" in env
     report = (outcome.run_dir / "report.md").read_text()
-    assert "## Result" in report and "| k5 | 5 | 2 | code | 1 |" in report
+    assert "## Result" in report and "| k5 | 5 | c=2 | code | 1 |" in report
     assert (outcome.run_dir / "results.json").exists()
     assert outcome.exit_code in (0, 3, 4)
     assert processes.live_pids() == [] and api_servers() == ""
