@@ -497,7 +497,8 @@ def vllm_per_request(result: dict) -> list[dict]:
     """Per-request figures from a --save-detailed result: ttft, decode tok/s = 1/TPOT, request id index."""
     out = []
     # vLLM 0.26.0 saves no "latencies": a request's latency is its TTFT plus its inter-chunk gaps.
-    latencies = result.get("latencies") or [t + sum(itl) for t, itl in zip(result["ttfts"], result["itls"], strict=True)]
+    latencies = result.get("latencies") or [ttft + sum(itl) for ttft, itl in
+                                            zip(result["ttfts"], result["itls"], strict=True)]
     for i, (ttft, lat, n, err) in enumerate(zip(result["ttfts"], latencies, result["output_lens"],
                                                  result["errors"], strict=True)):
         ok = not err and n
