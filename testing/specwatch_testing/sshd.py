@@ -30,6 +30,9 @@ class Sshd:
     home: Path
 
 
+# What fake_vllm imports (httpx: a multi-process server sums its siblings' /metrics).
+REMOTE_SERVER_DEPS = ("fastapi", "uvicorn", "prometheus_client", "pydantic", "httpx")
+
 def fake_vllm_on(s: Sshd) -> tuple[str, str]:
     """The user's own environment with the fake vLLM server: (its python, the server script).
 
@@ -39,13 +42,16 @@ def fake_vllm_on(s: Sshd) -> tuple[str, str]:
     import specwatch_testing.fake_vllm as fake
 
     venv, script = s.home / "venv", s.home / "fake_vllm.py"
-    if not (venv / ".ready").exists():
+    ready = venv / ".ready"
+    # The marker names what was installed: a venv made before fake_vllm needed more is topped up.
+    if not ready.exists() or ready.read_text().split() != list(REMOTE_SERVER_DEPS):
         run = ["runuser", "-u", s.user, "--"]
-        subprocess.run([*run, "/usr/bin/python3", "-m", "venv", str(venv)], check=True, capture_output=True,
-                       timeout=120)
-        subprocess.run([*run, str(venv / "bin" / "pip"), "install", "-q", "fastapi", "uvicorn", "prometheus_client",
-                        "pydantic"], check=True, capture_output=True, timeout=600)
-        (venv / ".ready").touch()
+        if not (venv / "bin" / "pip").exists():
+            subprocess.run([*run, "/usr/bin/python3", "-m", "venv", str(venv)], check=True, capture_output=True,
+                           timeout=120)
+        subprocess.run([*run, str(venv / "bin" / "pip"), "install", "-q", *REMOTE_SERVER_DEPS], check=True,
+                       capture_output=True, timeout=600)
+        ready.write_text(" ".join(REMOTE_SERVER_DEPS))
     shutil.copy(fake.__file__, script)
     os.chmod(script, 0o644)
     return str(venv / "bin" / "python"), str(script)
