@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from specwatch.bench.metrics import MetricsSnapshot, parse_metrics, running_requests
+from specwatch.bench.metrics import MetricsSnapshot, parse_metrics
 from specwatch.bench.prompts import Conversation, Prompt, user
 from specwatch.bench.protocols import RequestProtocol, protocol_for
 from specwatch.bench.transports import transport_for
@@ -99,9 +99,6 @@ class Client:
         resp = await self.http.get("/metrics")
         resp.raise_for_status()
         return resp.text
-
-    async def running(self) -> float | None:
-        return running_requests(await self.metrics_text())
 
     async def open_connections(self, count: int) -> None:
         """Open `count` pooled connections now (concurrent GET /health: no engine work), so that

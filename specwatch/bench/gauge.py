@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
 
 import httpx
 
 from specwatch.bench.client import Client
-from specwatch.bench.metrics import kv_cache_usage
+from specwatch.bench.metrics import kv_cache_usage, running_requests
 
 GAUGE_PERIOD_S = 0.2
 MIN_GAUGE_SAMPLES = 3
+
+
+async def _polls(client: Client, stop: asyncio.Event, period_s: float) -> AsyncGenerator[str, None]:
+    """The server's /metrics text every `period_s` until `stop`; the first poll waits one period
+    (at the very start it would only see requests not yet admitted). A failed poll is skipped."""
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), period_s)
+            return
+        except TimeoutError:
+            pass
+        try:
+            yield await client.metrics_text()
+        except httpx.HTTPError:
+            continue
 
 
 async def max_running(client: Client, stop: asyncio.Event, concurrency: int) -> int | None:
@@ -22,21 +39,12 @@ async def max_running(client: Client, stop: asyncio.Event, concurrency: int) -> 
     shares with the engine (a ~3% slowdown when polled all cell long on a CPU host).
     """
     peaks: list[float] = []
-    while True:
-        # Wait first: a poll at the very start would only see requests not yet admitted.
-        try:
-            await asyncio.wait_for(stop.wait(), GAUGE_PERIOD_S)
-            break
-        except TimeoutError:
-            pass
-        try:
-            running = await client.running()
-        except httpx.HTTPError:
-            continue
-        if running is not None:
-            peaks.append(running)
-        if len(peaks) >= MIN_GAUGE_SAMPLES and max(peaks) >= concurrency:
-            break
+    async with contextlib.aclosing(_polls(client, stop, GAUGE_PERIOD_S)) as polls:
+        async for text in polls:
+            if (running := running_requests(text)) is not None:
+                peaks.append(running)
+            if len(peaks) >= MIN_GAUGE_SAMPLES and max(peaks) >= concurrency:
+                break
     return int(max(peaks)) if len(peaks) >= MIN_GAUGE_SAMPLES else None
 
 
@@ -46,19 +54,5 @@ async def kv_cache_peak(client: Client, stop: asyncio.Event, period_s: float) ->
     Unlike the running gauge this cannot stop early, so it polls at 1 s or slower: what a
     poll costs the server is measured by benchmarks/kv_poll_cost.py.
     """
-    peak: float | None = None
-    polls = 0
-    while True:
-        try:
-            await asyncio.wait_for(stop.wait(), period_s)
-            break
-        except TimeoutError:
-            pass
-        try:
-            usage = kv_cache_usage(await client.metrics_text())
-        except httpx.HTTPError:
-            continue
-        if usage is not None:
-            polls += 1
-            peak = usage if peak is None else max(peak, usage)
-    return peak, polls
+    usages = [u async for text in _polls(client, stop, period_s) if (u := kv_cache_usage(text)) is not None]
+    return (max(usages) if usages else None), len(usages)
