@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from specwatch.bench.client import Client
-from specwatch.bench.corpus import sources
+from specwatch.bench.corpus import source_for
 from specwatch.bench.fanout import FanOut, LoadRun, cell_streams, drive, prompt_maker, workers_for
 from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import kv_cache_peak, max_running
@@ -24,7 +24,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
     """`fan`: the worker processes for cells that need more than one (bench/fanout.py)."""
     wl = client.workload
     cell_ns = f"{client.target.namespace}:" + (f"c{key.concurrency}" if key.load == "closed" else key.id)
-    source = next(s for s in sources(wl) if s.name == key.prompt_class)
+    source = source_for(wl, key.prompt_class)
     make = prompt_maker(client, key, cell_ns)
 
     # Prompts are calibrated before the window opens, so /tokenize traffic never lands inside it;
@@ -51,7 +51,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
                           lambda send: LoadContext(key.concurrency or 0, pool, make, send, client.metrics))
     else:
         assert fan is not None, "a cell of several workers needs the FanOut measure_cells starts"
-        run = await fan.run(client, key, cell_ns, pool, workers)
+        run = await fan.run(client, key, shape, cell_ns, pool, workers)
     outcome = run.outcome
     stop.set()
     peak = await sampler if sampler else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +118,18 @@ class Corpus:
         return Prompt(messages, await count(messages), tag if req.fronted else None, line.output_tokens)
 
 
+@cache
+def _corpus(path: Path) -> Corpus:
+    return Corpus(path)  # one per file and process: its lines are read once, not once per cell
+
+
 def sources(workload: WorkloadSpec) -> list[PromptSource]:
     """Where a workload's prompts come from: its corpus, else its prompt classes, in cell order."""
     if workload.corpus is not None:
-        return [Corpus(workload.corpus)]
+        return [_corpus(workload.corpus)]
     return [SOURCES[c] for c in workload.prompt_classes]
+
+
+def source_for(workload: WorkloadSpec, prompt_class: str) -> PromptSource:
+    """The source a cell's prompts come from (its key's prompt_class)."""
+    return next(s for s in sources(workload) if s.name == prompt_class)

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import httpx
 
 from specwatch.bench.client import BenchTarget, Client, Output
-from specwatch.bench.corpus import sources
-from specwatch.bench.load import LoadContext, LoadOutcome, LoadShape, Send, load_shape
+from specwatch.bench.corpus import source_for
+from specwatch.bench.load import LoadContext, LoadOutcome, LoadShape, Send
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import Prompt, PromptRequest
 from specwatch.bench.selfcheck import SelfCheck, WorkerCheck
@@ -69,7 +69,7 @@ def workers_for(workload: WorkloadSpec, streams: int) -> int:
 def prompt_maker(client: Client, key: CellKey, namespace: str) -> Callable[[int], Awaitable[Prompt]]:
     """Prompt i of a cell, calibrated with `client`'s server; the same in the parent and in every worker."""
     wl = client.workload
-    source = next(s for s in sources(wl) if s.name == key.prompt_class)
+    source = source_for(wl, key.prompt_class)
     streams = key.concurrency or 1  # side by side (multi-turn waves); an open loop has no fixed number
 
     def make(i: int) -> Awaitable[Prompt]:
@@ -131,6 +131,7 @@ class WorkerJob:
     workload: WorkloadSpec
     sampling: SamplingSpec
     key: CellKey
+    shape: LoadShape
     namespace: str  # the cell's nonce namespace: prompts a worker builds itself stay unique
     worker: int
     workers: int
@@ -152,7 +153,7 @@ async def _run_job(job: WorkerJob) -> LoadRun:
         # An open loop's in-flight count is not known up front: open as many as a closed cell's worker would hold.
         await client.open_connections(concurrency or min(streams, STREAMS_PER_WORKER))
         make = prompt_maker(client, job.key, job.namespace)
-        return await drive(client, job.key, load_shape(job.workload, job.key),
+        return await drive(client, job.key, job.shape,
                            lambda send: LoadContext(concurrency, list(job.pool), make, send, _empty,
                                                     job.worker, job.workers, job.t0))
 
@@ -192,18 +193,21 @@ class FanOut:
     def __exit__(self, *exc: object) -> None:
         self._pool.shutdown(cancel_futures=True)
 
-    async def run(self, parent: Client, key: CellKey, namespace: str, pool: list[tuple[int, Prompt]],
-                  workers: int) -> LoadRun:
-        """The cell's load over `workers` processes; the counter window closes as the shape says."""
+    async def run(self, parent: Client, key: CellKey, shape: LoadShape, namespace: str,
+                  pool: list[tuple[int, Prompt]], workers: int) -> LoadRun:
+        """The cell's load over `workers` processes; the counter window closes as the shape says.
+
+        Every worker gets the parent's `shape` (an open loop's whole schedule): drawn once, the same for all.
+        """
         assert workers <= self.workers
         wl = parent.workload
         t0 = time.perf_counter() + START_MARGIN_S
-        jobs = [WorkerJob(parent.target, wl, parent.sampling, key, namespace, w, workers, t0,
+        jobs = [WorkerJob(parent.target, wl, parent.sampling, key, shape, namespace, w, workers, t0,
                           [(i, p) for i, p in pool if i % workers == w], self.cores[w % len(self.cores)])
                 for w in range(workers)]
         loop = asyncio.get_running_loop()
         runs = asyncio.gather(*(loop.run_in_executor(self._pool, _work, job) for job in jobs))
-        duration = load_shape(wl, key).duration_s
+        duration = shape.duration_s
         if duration is None:
             done = await runs
             wall = max(r.outcome.t0 + r.outcome.wall_s for r in done) - t0
