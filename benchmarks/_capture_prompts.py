@@ -1,10 +1,10 @@
 """Imported before `specwatch bench` runs (see real_server.py): records what each cell sent and measured.
 
 For every measured request (not warm-ups) it appends one JSON line to $SPECWATCH_CAPTURE:
-{"c": concurrency, "index": i, "prompt": text} before the request starts (outside its timed span),
-{"c": ..., "index": ..., "decode_tok_s": ..., "ttft_s": ..., "tokens": ...} after it ends, and the raw
-/metrics text right before and after each cell ({"c": ..., "metrics_before"/"metrics_after": text}). real_server.py
-then gives `vllm bench serve` the very same prompts, so the two tools are compared on identical requests.
+{"c": concurrency, "index": i, "decode_tok_s": ..., "ttft_s": ..., "tokens": ...} after it ends, and the raw
+/metrics text right before and after each cell ({"c": ..., "metrics_before"/"metrics_after": text}). The prompts
+themselves come from `specwatch bench --dataset-out` (the product's export), which real_server.py hands to
+`vllm bench serve`, so the two tools are compared on identical requests.
 Benchmark-only: nothing here changes how specwatch times or counts.
 """
 
@@ -41,11 +41,9 @@ async def _run_cell(bench_client, key, *args, **kwargs):  # type: ignore[no-unty
         _OUT.write(json.dumps({"c": concurrency, "metrics_after": await _metrics_text(bench_client)}) + "\n")
 
 
-async def _stream(self, index, prompt, max_tokens):  # type: ignore[no-untyped-def]
+async def _stream(self, index, prompt, max_tokens, **kwargs):  # type: ignore[no-untyped-def]
     c = _CONCURRENCY.get()
-    if c is not None:
-        _OUT.write(json.dumps({"c": c, "index": index, "prompt": prompt.text}) + "\n")
-    sample, output = await _orig_stream(self, index, prompt, max_tokens)
+    sample, output = await _orig_stream(self, index, prompt, max_tokens, **kwargs)
     if c is not None:
         _OUT.write(json.dumps({"c": c, "index": index, "decode_tok_s": sample.decode_tok_s, "ttft_s": sample.ttft_s,
                                "tokens": sample.completion_tokens, "status": sample.status}) + "\n")

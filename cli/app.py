@@ -253,6 +253,9 @@ def bench(
     save_result: Annotated[Path | None, typer.Option(
         help="also write each cell as `vllm bench serve --save-result` JSON (vLLM 0.26.0 keys), one line per cell")]
     = None,
+    dataset_out: Annotated[Path | None, typer.Option(
+        help="also write each cell's prompts into this folder as `vllm bench serve --dataset-name custom` JSONL "
+             "(one file per cell), to run the peer on the very same requests")] = None,
 ) -> None:
     """Benchmark a server that is already running; exit 0 all cells accepted, 4 any rejected, 1 error."""
     import asyncio
@@ -283,7 +286,8 @@ def bench(
         corpus=corpus, nonce=nonce, slo=_slo(slo), kv_poll_s=None if kv_poll == "off" else _duration(kv_poll),
         client_workers=client_workers, client_transport=client_transport,
     )
-    target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}")
+    target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}",
+                         dataset_dir=dataset_out)
     started = datetime.now(UTC)
     total = len(cell_keys(workload))
     gates = Gates(max_prefix_cache_hit_rate, workload.repetition_flag_ratio)

@@ -113,7 +113,7 @@ class _Blocks:
                             launch_name=f"{self.result.run_id}-{name}-b{block}",
                             ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})),
                             host=host.address if host else "127.0.0.1", ssh=ranks.route_to(host),
-                            netns=host.netns if host else None)
+                            netns=host.netns if host else None, max_concurrency=self.spec.workload.max_streams)
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
                              namespace=f"{self.result.run_id}:{name}:b{block}", block=block)

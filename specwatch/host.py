@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import socket
-import subprocess
 from pathlib import Path
 
+from specwatch.engine import gpu
 from specwatch.records import HostFacts
 
 
@@ -22,31 +21,17 @@ def _cpu_model() -> str | None:
     return platform.processor() or None
 
 
-def _gpus() -> tuple[str | None, int, str | None]:
-    if not shutil.which("nvidia-smi"):
-        return None, 0, None
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None, 0, None
-    rows = [r.split(", ") for r in out.strip().splitlines() if r.strip()]
-    if not rows:
-        return None, 0, None
-    return rows[0][0], len(rows), rows[0][1] if len(rows[0]) > 1 else None
-
-
 def host_facts() -> HostFacts:
-    gpu_model, gpu_count, driver = _gpus()
+    gpus = gpu.gpus()
+    first = gpus[0] if gpus else None
     return HostFacts(
         hostname=socket.gethostname(),
         platform=platform.platform(),
         python=platform.python_version(),
         cpu_model=_cpu_model(),
         cpu_count=os.cpu_count(),
-        gpu_model=gpu_model,
-        gpu_count=gpu_count,
-        gpu_driver=driver,
+        gpu_model=first.name if first else None,
+        gpu_count=len(gpus),
+        gpu_driver=first.driver if first else None,
+        gpu_memory_mib=first.total_mib if first else None,
     )

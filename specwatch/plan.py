@@ -82,6 +82,7 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
     from specwatch.engine.launchers import LaunchContext
     from specwatch.engine.launchers.docker import CONTAINER_CLI, docker_run_argv, rank_name
     from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
+    from specwatch.engine.platforms import platform_of
     from specwatch.redact import redact_argv, redact_env
 
     hosts = {h.name: h for h in spec.hosts}
@@ -91,9 +92,11 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
         rendered = rk.render(arm, hosts)
         image = spec.image(arm.image)
         ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
-                            max_model_len=spec.model.max_model_len, ranks=tuple(rendered))
+                            max_model_len=spec.model.max_model_len, ranks=tuple(rendered),
+                            max_concurrency=spec.workload.max_streams)
         for rank in sorted(rendered, key=lambda r: r.role == "head"):
-            args = server_args(arm, ctx, "<port>", rank, (rendered[0].address, "<master port>"))
+            args = server_args(arm, platform_of(image.package), ctx, "<port>", rank,
+                               (rendered[0].address, "<master port>"))
             env = redact_env(rank.env)
             if image.backend == "docker":
                 name = rank_name(f"<run>-{arm.name}-b{block}", rank.index)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, computed_field, model_validator
 
+from specwatch.cmdline import flag_value
 from specwatch.spec import SloSpec
 
 # Chunks closer together than this arrived in the same read: one "arrival group". No real
@@ -583,6 +584,20 @@ class LaunchRecord(_Record):
     kv_cache_source: Literal["metrics", "boot_log"] | None = None
     ranks: list[RankRecord] = []
 
+    # The server's batch and memory limits, as its command line set them (a GPU platform always
+    # sets both: specwatch.engine.platforms); None = the vLLM build's own default.
+    @computed_field
+    @property
+    def gpu_memory_utilization(self) -> float | None:
+        value = flag_value(self.argv, "--gpu-memory-utilization")
+        return None if value is None else float(value)
+
+    @computed_field
+    @property
+    def max_num_seqs(self) -> int | None:
+        value = flag_value(self.argv, "--max-num-seqs")
+        return None if value is None else int(value)
+
 
 class ArmResult(_Record):
     name: str
@@ -628,6 +643,7 @@ class HostFacts(_Record):
     gpu_model: str | None = None
     gpu_count: int = 0
     gpu_driver: str | None = None
+    gpu_memory_mib: float | None = None  # per GPU (the first's, as nvidia-smi's memory.total reports it)
 
 
 class Provenance(_Record):

@@ -376,6 +376,12 @@ class WorkloadSpec(_Strict):
 
         return [corpus_name(self.corpus)] if self.corpus is not None else list(self.prompt_classes)
 
+    @property
+    def max_streams(self) -> int:
+        """The most requests any of its cells has in flight (an uncapped open loop: all of a cell's)."""
+        open_loop = bool(self.request_rates or self.ramp_up)
+        return max(*self.concurrency, self.max_concurrency or (self.requests_per_cell if open_loop else 0), 0)
+
     @field_validator("request_rates")
     @classmethod
     def _positive_rates(cls, rates: list[float]) -> list[float]:

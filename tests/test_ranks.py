@@ -89,6 +89,7 @@ def test_docker_ranks_need_a_host_each(tmp_path: Path) -> None:
 def test_a_host_with_its_own_model_path_gets_it_in_its_ranks_args() -> None:
     from specwatch.engine.launchers import LaunchContext
     from specwatch.engine.launchers.vllm import server_args
+    from specwatch.engine.platforms import UNKNOWN
 
     doc = json.loads(json.dumps(yaml.safe_load(CLUSTER.read_text())))
     doc["hosts"][2]["model_path"] = "/mnt/nvme/DeepSeek-V4-Flash-DSpark-0731"
@@ -96,7 +97,7 @@ def test_a_host_with_its_own_model_path_gets_it_in_its_ranks_args() -> None:
     ranks = render(spec.arms[0], {h.name: h for h in spec.hosts})
     ctx = LaunchContext(model_dir=Path("/models/DeepSeek-V4-Flash-DSpark-0731"), served_name="d", arm_dir=Path("."),
                         ranks=tuple(ranks))
-    models = {r.host: server_args(spec.arms[0], ctx, 8000, r, ("192.0.2.10", 29501))[1] for r in ranks}
+    models = {r.host: server_args(spec.arms[0], UNKNOWN, ctx, 8000, r, ("192.0.2.10", 29501))[1] for r in ranks}
     default = "/models/DeepSeek-V4-Flash-DSpark-0731"
     assert models == {"spark-0": default, "spark-1": default, "spark-2": "/mnt/nvme/DeepSeek-V4-Flash-DSpark-0731",
                       "spark-3": default}

@@ -13,6 +13,7 @@ from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
 from specwatch.bench.prompts import Prompt, repetition_ratio
 from specwatch.bench.selfcheck import merge
+from specwatch.export.peer_dataset import write_cell_dataset
 from specwatch.records import CellKey, CellResult
 
 # Prompts calibrated at once before a cell (each a bisection of /tokenize calls): enough to keep a
@@ -35,7 +36,10 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
         async with calibrating:
             return await make(i)
 
-    pool = list(enumerate(await asyncio.gather(*(calibrated(i) for i in range(wl.requests_per_cell)))))
+    prompts = await asyncio.gather(*(calibrated(i) for i in range(wl.requests_per_cell)))
+    if client.target.dataset_dir is not None:
+        write_cell_dataset(client.target.dataset_dir, key, prompts, wl.max_tokens)
+    pool = list(enumerate(prompts))
     pool.reverse()
     workers = workers_for(wl, cell_streams(wl, key))
 

@@ -12,6 +12,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,6 +37,8 @@ class BenchTarget:
     model: str
     # Makes nonces unique to this invocation (run, arm, block); content stays seeded.
     namespace: str
+    # Where each cell's prompts are also written as the peer's dataset (specwatch.export.peer_dataset).
+    dataset_dir: Path | None = None
 
 
 def _timeout(workload: WorkloadSpec) -> httpx.Timeout:

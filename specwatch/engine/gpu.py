@@ -7,9 +7,12 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-QUERY_GPUS = ["--query-gpu=index,name,memory.total,memory.used", "--format=csv,noheader,nounits"]
+from specwatch.cmdline import flag_value
+from specwatch.engine.platforms import GPU_MEMORY_UTILIZATION as DEFAULT_UTILIZATION
+
+QUERY_GPUS = ["--query-gpu=index,name,memory.total,memory.used,driver_version", "--format=csv,noheader,nounits"]
 QUERY_APPS = ["--query-compute-apps=gpu_uuid,pid,process_name,used_memory", "--format=csv,noheader,nounits"]
-DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,7 @@ class GpuMemory:
     name: str
     total_mib: float
     used_mib: float
+    driver: str | None = None
 
     @property
     def free_mib(self) -> float:
@@ -27,8 +31,8 @@ class GpuMemory:
 def parse_gpus(csv: str) -> list[GpuMemory]:
     out = []
     for line in csv.strip().splitlines():
-        index, name, total, used = (part.strip() for part in line.split(","))
-        out.append(GpuMemory(int(index), name, float(total), float(used)))
+        index, name, total, used, *driver = (part.strip() for part in line.split(","))
+        out.append(GpuMemory(int(index), name, float(total), float(used), driver[0] if driver else None))
     return out
 
 
@@ -41,22 +45,21 @@ def _smi(args: list[str]) -> str | None:
         return None
 
 
+def gpus() -> list[GpuMemory]:
+    """This host's GPUs; none without nvidia-smi (or when it fails)."""
+    return parse_gpus(_smi(QUERY_GPUS) or "")
+
+
 def utilization(args: list[str]) -> float:
     """The arm's --gpu-memory-utilization, vLLM's default when it sets none."""
-    for i, word in enumerate(args):
-        flag, eq, value = word.partition("=")
-        if flag == "--gpu-memory-utilization":
-            return float(value if eq else args[i + 1])
-    return DEFAULT_UTILIZATION
+    value = flag_value(args, "--gpu-memory-utilization")
+    return DEFAULT_UTILIZATION if value is None else float(value)
 
 
 def precheck(args: list[str]) -> str | None:
     """Why a launch must not start here (too little GPU memory free, and who holds it), or None."""
-    csv = _smi(QUERY_GPUS)
-    if csv is None:
-        return None  # no GPU on this host
     want = utilization(args)
-    short = [g for g in parse_gpus(csv) if g.free_mib < want * g.total_mib]
+    short = [g for g in gpus() if g.free_mib < want * g.total_mib]  # no GPU on this host: none
     if not short:
         return None
     holders = (_smi(QUERY_APPS) or "").strip().replace("\n", "; ") or "no compute process listed"

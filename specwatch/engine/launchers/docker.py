@@ -19,6 +19,7 @@ from specwatch.engine.handle import Member, ServerHandle
 from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, rank_record, register, server_env
 from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
 from specwatch.engine.orphans import LaunchTrace
+from specwatch.engine.platforms import platform_of
 from specwatch.ranks import Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env
@@ -102,6 +103,7 @@ class DockerLauncher:
         address = head.address if head else ctx.host
         port, master = free_port(ctx.host), (address, free_port())
         base_env = server_env(arm, image)
+        platform = platform_of(image.package)
         base_url = f"http://{address}:{port}"
         handle = ServerHandle(base_url=base_url, record=LaunchRecord(launcher=self.name, base_url=base_url),
                               secrets=base_env)
@@ -113,7 +115,8 @@ class DockerLauncher:
                 env = {**base_env, **(rank.env if rank else {})}
                 name = rank_name(ctx.launch_name, rank.index) if rank else ctx.launch_name or f"specwatch-{port}"
                 labels = {"specwatch.run": ctx.run_id, "specwatch.launch": ctx.launch_name or name}
-                command = [*program(rank, "python3", CONTAINER_CLI), *server_args(arm, ctx, port, rank, master)]
+                command = [*program(rank, "python3", CONTAINER_CLI),
+                           *server_args(arm, platform, ctx, port, rank, master)]
                 log_path = ctx.arm_dir / ("server.log" if rank is None or rank.role == "head"
                                           else f"rank-{rank.index}.log")
                 route = rank.ssh if rank else ctx.ssh

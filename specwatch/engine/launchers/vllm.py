@@ -14,6 +14,7 @@ from specwatch.engine.launchers import (
     spawn_server,
     start_process,
 )
+from specwatch.engine.platforms import Platform, platform_of
 from specwatch.ranks import Rank, multinode_args
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.spec import ArmSpec
@@ -21,11 +22,12 @@ from specwatch.spec import ArmSpec
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
 
-def server_args(arm: ArmSpec, ctx: LaunchContext, port: int | str, rank: Rank | None = None,
+def server_args(arm: ArmSpec, platform: Platform, ctx: LaunchContext, port: int | str, rank: Rank | None = None,
                 master: tuple[str, int | str] = ("", 0)) -> list[str]:
     """What vLLM is told, wherever it runs (a process or a container). With `rank`, one rank of a
     multi-rank launch: the head serves the API at its address, a worker is headless; `master` is
-    the head's (address, port) for torch.distributed."""
+    the head's (address, port) for torch.distributed. The image's `platform` adds its defaults
+    (specwatch.engine.platforms) where the arm sets none."""
     model = rank.model_path if rank is not None and rank.model_path else ctx.model_dir
     argv = ["--model", str(model), "--served-model-name", ctx.served_name]
     if rank is None or rank.role == "head":
@@ -34,6 +36,7 @@ def server_args(arm: ArmSpec, ctx: LaunchContext, port: int | str, rank: Rank | 
         argv += ["--max-model-len", str(ctx.max_model_len)]
     if arm.speculative is not None:
         argv += ["--speculative-config", arm.speculative.config_json()]
+    argv += platform.args([*arm.args, *(rank.args if rank else [])], ctx.max_concurrency)
     argv += arm.args
     if rank is not None:
         argv += [*rank.args, *multinode_args(rank, len(ctx.ranks), master[0], master[1])]
@@ -63,7 +66,7 @@ class VllmLauncher:
         if ctx.ranks:
             return self._start_ranks(arm, image, ctx)
         port = free_port(ctx.host)
-        argv = [*program(None, str(image.python), VLLM_CLI), *server_args(arm, ctx, port)]
+        argv = [*program(None, str(image.python), VLLM_CLI), *server_args(arm, platform_of(image.package), ctx, port)]
         return spawn_server(argv, arm, image, ctx, port, self.name)
 
     def _start_ranks(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
@@ -77,7 +80,8 @@ class VllmLauncher:
             for rank in sorted(ctx.ranks, key=lambda r: r.role == "head"):
                 env = {**base, **rank.env}
                 argv = [*program(rank, str(image.python), VLLM_CLI),
-                        *server_args(arm, ctx, port, rank, (head.address, master_port))]
+                        *server_args(arm, platform_of(image.package), ctx, port, rank,
+                                    (head.address, master_port))]
                 log_path = ctx.arm_dir / ("server.log" if rank.role == "head" else f"rank-{rank.index}.log")
                 member = start_process(argv, env, log_path, ctx, address=rank.address,
                                        port=port if rank.role == "head" else None, role=rank.role,

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU runs of benchmarks/README.md section 6, on a host with vLLM (CUDA) in one venv and specwatch
+# in another. Stages run in the order given; each writes into $GPU_OUT the moment it ends, so a session
+# that runs out of time keeps what it measured:
+#
+#   benchmarks/gpu/session.sh ab peer big
+#
+#   ab    examples/gpu-ngram.yaml: k5 vs k7 ngram, 3 restart blocks, c=1/16/64/256 (verdict, curves, cost)
+#   peer  benchmarks/real_server.py --gpu: specwatch vs vllm bench serve on one server, ABBA, the same
+#         prompts (specwatch bench --dataset-out), then specwatch alone at c=256/512/1024 (client capacity)
+#   big   examples/gpu-ngram-24x2048.yaml: the same A/B on a 24-layer, 2048-wide generated model
+#
+# VLLM_PYTHON: the vLLM environment's python (default ~/vllm-venv/bin/python); PY: specwatch's.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export SPECWATCH_CACHE=${SPECWATCH_CACHE:-$HOME/swc} SPECWATCH_HOME=${SPECWATCH_HOME:-$HOME/swhome}
+export PREFECT_HOME=${PREFECT_HOME:-$HOME/.prefect-specwatch}
+PY=${PY:-$HOME/proj-venv/bin/python}
+VPY=${VLLM_PYTHON:-$HOME/vllm-venv/bin/python}
+OUTD=${GPU_OUT:-$HOME/gpu-out}
+mkdir -p "$OUTD"
+log() { echo "$(date -u +%T) $*" | tee -a "$OUTD/session.log"; }
+
+flow() {  # flow NAME FILE: a specwatch run, its summary, report and plots into $OUTD
+  local name=$1 file=$2
+  $PY -m cli run "$file" --json "$OUTD/$name.json" > "$OUTD/$name.txt" 2>&1
+  local rc=$?
+  echo "exit code $rc" >> "$OUTD/$name.txt"
+  local dir
+  dir=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['run_dir'])" "$OUTD/$name.json" 2>/dev/null) \
+    && cp -r "$dir" "$OUTD/$name-run"
+  return $rc
+}
+
+stage_ab() { flow ab examples/gpu-ngram.yaml; }
+stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
+stage_peer() {
+  # The demo model the ab stage generated (generated here if it has not run).
+  $PY -c "import sys; from pathlib import Path; from specwatch.engine.checkpoint import ensure_generated_model as e
+from specwatch.spec import GeneratedModel; print(e(GeneratedModel(), Path(sys.argv[1])))" "$VPY" >> "$OUTD/session.log"
+  SPECWATCH_VLLM_PYTHON=$VPY $PY benchmarks/real_server.py --gpu --k 5 --concurrency 1,16,64,256 --requests 256 \
+    --prompt-tokens 256 --max-tokens 128 --capacity 256,512,1024 --quiet-wait-s 0 --keep-dir "$OUTD/peer" \
+    > "$OUTD/peer.txt" 2>&1
+}
+
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; "$VPY" -c \
+  'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'; } > "$OUTD/host.txt" 2>&1
+for stage in "$@"; do
+  log "stage $stage: start"
+  "stage_$stage"
+  log "stage $stage: end (exit code $?)"
+done
+log "all stages done"

@@ -1,0 +1,144 @@
+"""The GPU path on a CPU host: what a CUDA vLLM server is told and what is recorded about it.
+
+This host has no GPU, so `nvidia-smi` is a real executable on PATH printing what the H200 host
+prints, and the server is a real process (a script standing in for the image's python) whose
+command line and environment are read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.app import app
+from specwatch.engine import gpu
+from specwatch.engine.images import backend_for
+from specwatch.engine.launchers import LaunchContext, launcher_for
+from specwatch.host import host_facts
+from specwatch.records import ImageRef, LaunchRecord
+from specwatch.spec import ArmSpec, ImageSpec
+from specwatch.store import db as database
+from specwatch.store.ingest import ingest, load
+from specwatch_testing import records as rf
+from specwatch_testing.server import run_fake_vllm
+
+# `nvidia-smi --query-gpu=index,name,memory.total,memory.used,driver_version --format=csv,noheader,nounits`
+H200 = "0, NVIDIA H200, 143771, 1, 580.95.05\n1, NVIDIA H200, 143771, 131072, 580.95.05\n"
+
+
+@pytest.fixture
+def nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A real `nvidia-smi` on PATH answering the two queries specwatch makes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$1\" in\n"
+                   f"  --query-gpu=*) printf '{H200}' ;;\n"
+                   "  --query-compute-apps=*) echo 'GPU-1, 4242, python3, 131000' ;;\nesac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return smi
+
+
+def _launch(tmp_path: Path, package: str, arm_args: list[str], max_concurrency: int) -> tuple[list[str], dict, LaunchRecord]:
+    """Start an arm with a stand-in python that writes its argv and env, and read them back."""
+    dump = tmp_path / "dump.json"
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                      f"json.dump({{'argv': sys.argv[1:], 'env': dict(os.environ)}}, open({str(dump)!r}, 'w'))\n")
+    python.chmod(0o755)
+    arm = ArmSpec(name="a", image="i", args=arm_args)
+    image = ImageRef(name="i", backend="python", package=package, python=python)
+    ctx = LaunchContext(model_dir=tmp_path, served_name="demo", arm_dir=tmp_path / "arm",
+                        max_concurrency=max_concurrency)
+    with launcher_for(arm, image).start(arm, image, ctx) as handle:
+        handle.members[0].proc.wait(20)  # type: ignore[attr-defined]
+    seen = json.loads(dump.read_text())
+    return seen["argv"], seen["env"], handle.record
+
+
+def test_a_gpu_server_gets_explicit_memory_and_batch_limits(tmp_path: Path) -> None:
+    argv, env, record = _launch(tmp_path, "vllm", [], max_concurrency=512)
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert argv[argv.index("--max-num-seqs") + 1] == "512"  # never below the workload's highest concurrency
+    assert (record.gpu_memory_utilization, record.max_num_seqs) == (0.9, 512)
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env and env["NCCL_NVLS_ENABLE"] == "0"
+    assert record.argv[0] != "nice"  # a GPU server does not share the client's cores
+
+
+def test_the_arms_own_limits_win_and_are_recorded(tmp_path: Path) -> None:
+    argv, _, record = _launch(tmp_path, "vllm", ["--max-num-seqs=64", "--gpu-memory-utilization", "0.5"], 16)
+    assert argv.count("--max-num-seqs=64") == 1 and "--max-num-seqs" not in argv
+    assert argv.count("--gpu-memory-utilization") == 1
+    assert (record.gpu_memory_utilization, record.max_num_seqs) == (0.5, 64)
+    _, _, small = _launch(tmp_path, "vllm", [], max_concurrency=4)
+    assert small.max_num_seqs == 256  # the floor: vLLM's own default moves with the card's memory
+
+
+def test_a_cpu_server_keeps_its_platform_defaults(tmp_path: Path) -> None:
+    argv, env, record = _launch(tmp_path, "vllm-cpu", [], max_concurrency=512)
+    assert "--gpu-memory-utilization" not in argv and "--max-num-seqs" not in argv
+    assert (record.gpu_memory_utilization, record.max_num_seqs) == (None, None)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and record.argv[:3] == ["nice", "-n", "10"]
+
+
+def test_host_facts_and_the_precheck_read_nvidia_smi(nvidia_smi: Path) -> None:
+    facts = host_facts()
+    assert (facts.gpu_model, facts.gpu_count, facts.gpu_driver, facts.gpu_memory_mib) == (
+        "NVIDIA H200", 2, "580.95.05", 143771.0)
+    held = gpu.precheck(["--gpu-memory-utilization", "0.9"])
+    assert held is not None and held.startswith("GPU 1 (NVIDIA H200) has 12699 of 143771 MiB free")
+    assert "4242" in held and "GPU 0" not in held
+    assert gpu.precheck(["--gpu-memory-utilization", "0.05"]) is None
+
+
+def test_gpu_facts_and_limits_are_stored_and_read_back(tmp_path: Path) -> None:
+    result = rf.run()
+    result.provenance.host = result.provenance.host.model_copy(update={
+        "gpu_model": "NVIDIA H200", "gpu_count": 1, "gpu_driver": "580.95.05", "gpu_memory_mib": 143771.0})
+    for arm in result.arms:
+        assert arm.launch is not None
+        arm.launch = arm.launch.model_copy(update={"argv": ["--gpu-memory-utilization", "0.85", "--max-num-seqs", "300"]})
+    path = tmp_path / "h.duckdb"
+    ingest(result, path)
+    assert rf.query(path, "select gpu_model, gpu_memory_mib from runs") == [("NVIDIA H200", 143771.0)]
+    assert rf.query(path, "select distinct gpu_memory_utilization, max_num_seqs from arms") == [(0.85, 300)]
+    con = database.connect(path, read_only=True)
+    back = load(con, result.run_id)
+    con.close()
+    assert back.provenance.host.gpu_memory_mib == 143771.0
+    assert {(a.launch.gpu_memory_utilization, a.launch.max_num_seqs) for a in back.arms if a.launch} == {(0.85, 300)}
+
+
+def test_the_python_backend_takes_a_home_relative_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home / "venv")], check=True)
+    monkeypatch.setenv("HOME", str(home))
+    ref = backend_for(spec := ImageSpec(name="gpu", backend="python", python="~/venv/bin/python")).ensure(spec)
+    assert ref.python == home / "venv" / "bin" / "python"
+
+
+def test_bench_writes_each_cells_prompts_as_the_peers_dataset(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    args = ["--served-model-name", "demo", "--spec-config", '{"method":"ngram","num_speculative_tokens":3}',
+            "--step-ms", "2"]
+    with run_fake_vllm(args) as url:
+        res = CliRunner().invoke(app, ["bench", "--endpoint", url, "--model", "demo", "--concurrency", "1,2",
+                                       "--prompt-class", "code", "--prompt-tokens", "48", "--max-tokens", "12",
+                                       "--requests", "5", "--warmup", "1", "--dataset-out", str(out)])
+    assert res.exit_code == 0, res.output
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["closed_c1_code_p48.jsonl", "closed_c2_code_p48.jsonl"]
+    rows = [json.loads(line) for line in (out / files[0]).read_text().splitlines()]
+    assert len(rows) == 5 and {r["output_tokens"] for r in rows} == {12}
+    prompts = [r["prompt"] for r in rows]
+    assert len(set(prompts)) == 5  # a nonce at the front of each: the peer's replay never hits a shared prefix
+    assert len({p[:16] for p in prompts}) == 5 and len({p[40:200] for p in prompts}) > 1
+    other = [json.loads(line)["prompt"] for line in (out / files[1]).read_text().splitlines()]
+    assert not set(other) & set(prompts)  # each cell has its own nonces
