@@ -318,7 +318,7 @@ def report_capacity(cells: list[dict]) -> None:
                      C.num(cell["aggregate_tok_s"], ".0f"), C.num(cell["decode_tok_s_median"], ".1f"),
                      C.num(cell["max_running_observed"], ".0f"), chk.get("workers") or "-", chk.get("transport") or "-",
                      C.num(chk.get("loop_lag_ms_p99"), ".2f"), C.num(chk.get("stamp_delay_ms_p99"), ".2f"),
-                     C.num(chk.get("cpu_share_max"), ".2f"), cell["reject_reason"] or "accepted"])
+                     C.num(chk.get("cpu_share_max"), ".2f"), (cell["reject_reason"] or "accepted").split(": ")[0]])
     print(C.table(["c", "ok", "output tok/s", "decode p50", "max running", "workers", "transport", "loop lag p99 ms",
                    "stamp delay p99 ms", "cpu share max", "gate"], rows))
 

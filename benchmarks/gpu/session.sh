@@ -3,7 +3,7 @@
 # in another. Stages run in the order given; each writes into $GPU_OUT the moment it ends, so a session
 # that runs out of time keeps what it measured:
 #
-#   benchmarks/gpu/session.sh ab peer big
+#   benchmarks/gpu/session.sh peer ab big
 #
 #   ab    examples/gpu-ngram.yaml: k5 vs k7 ngram, 3 restart blocks, c=1/16/64/256 (verdict, curves, cost)
 #   peer  benchmarks/real_server.py --gpu: specwatch vs vllm bench serve on one server, ABBA, the same
