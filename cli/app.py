@@ -349,14 +349,16 @@ def export(
 @app.command()
 def ingest(run_dir: Annotated[Path, typer.Argument(help="SPECWATCH_HOME/runs/<run_id>")], db: DbOption = None) -> None:
     """Load a run dir's results.json into DuckDB (idempotent: re-ingesting replaces the run's rows)."""
+    from specwatch.store.db import DatabaseError
     from specwatch.store.ingest import ingest as ingest_run
     from specwatch.store.rundir import read_raw
 
     try:
         result = read_raw(run_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        raise _fail(str(exc)) from None
-    counts = ingest_run(result, db or paths.default_db())
+        counts = ingest_run(result, db or paths.default_db())
+    except (FileNotFoundError, ValueError, DatabaseError) as exc:
+        raise _fail(f"{exc}; the run dir is unchanged, run this again once the database is writable"
+                    if isinstance(exc, DatabaseError) else str(exc)) from None
     out.print(f"ingested run {result.run_id}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 

@@ -6,6 +6,7 @@ stages never re-check user input.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -23,11 +24,13 @@ from pydantic import (
     PositiveInt,
     ValidationError,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
 from specwatch.design import VARIABLES, differences, signature, undeclared
+from specwatch.redact import redact_argv, redact_env, redact_words
 
 # Known speculative methods and the fields each needs. Forks add methods before
 # upstream does (DOMAIN.md), so an unknown method is allowed only with an explicit
@@ -65,6 +68,15 @@ LauncherName = Annotated[str, _registered("launcher", "specwatch.engine.launcher
 ProtocolName = Annotated[str, _registered("protocol", "specwatch.bench.protocols", "PROTOCOLS")]
 PromptClass = Annotated[str, _registered("prompt class", "specwatch.bench.prompts", "SOURCES")]
 TransportName = Annotated[str, _registered("client_transport", "specwatch.bench.transports", "TRANSPORTS")]
+
+
+def _expand(path: Path) -> Path:
+    """`~` and `~user` expanded; ValueError (a validation problem) when the user does not exist."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise ValueError(f"{str(path)!r}: {str(path).split('/')[0]} is not a user here; fix: write the full path") \
+            from None
 
 
 class _Strict(BaseModel):
@@ -157,7 +169,7 @@ class ModelSpec(_Strict):
         if (self.path is None) == (self.generate is None):
             raise ValueError("set exactly one of model.path (a checkpoint directory) or model.generate")
         stored = bool(info.context and info.context.get("stored"))  # a past run's spec: the dir may be gone
-        if self.path is not None and not stored and not self.on_hosts and not self.path.expanduser().is_dir():
+        if self.path is not None and not stored and not self.on_hosts and not _expand(self.path).is_dir():
             raise ValueError(
                 f"model.path {str(self.path)!r} is not a directory; point it at a checkpoint with config.json"
             )
@@ -201,7 +213,7 @@ class ImageSpec(_Strict):
             stored = bool(info.context and info.context.get("stored"))
             if self.backend not in ("venv", "docker"):
                 raise ValueError(f"image {self.name!r}: wheelhouse is for backends venv and docker; remove it")
-            if not stored and not self.wheelhouse.expanduser().is_dir():
+            if not stored and not _expand(self.wheelhouse).is_dir():
                 raise ValueError(f"image {self.name!r}: wheelhouse {str(self.wheelhouse)!r} is not a directory; "
                                  "point it at the folder of wheels (pip download -d DIR ...)")
         if self.backend == "docker" and (self.ref is None) == (self.dockerfile is None):
@@ -302,6 +314,16 @@ class RankSpec(_Strict):
                                 "{host} {address} {head_address}")
     args: list[str] = Field(default_factory=list, description="extra server args for this rank")
 
+    # JSON is what leaves the process (results.json, DuckDB, reports, Prefect's flow-run parameters):
+    # secrets stay in memory only. A run gets its secrets from the file or the environment, never a record.
+    @field_serializer("env", when_used="json")
+    def _env_json(self, env: dict[str, str]) -> dict[str, str]:
+        return redact_env(env)
+
+    @field_serializer("args", when_used="json")
+    def _args_json(self, args: list[str]) -> list[str]:
+        return redact_argv(args)
+
 
 class ArmSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -320,6 +342,18 @@ class ArmSpec(_Strict):
     ranks: list[RankSpec] = Field(default_factory=list, description="one server over several ranks; empty = one")
     rank_invariant_env: list[str] = Field(default_factory=list,
                                           description="more env names every rank must share (see specwatch.ranks)")
+
+    @field_serializer("env", when_used="json")
+    def _env_json(self, env: dict[str, str]) -> dict[str, str]:
+        return redact_env(env)  # as RankSpec's
+
+    @field_serializer("args", when_used="json")
+    def _args_json(self, args: list[str]) -> list[str]:
+        return redact_argv(args)
+
+    @field_serializer("command", when_used="json")
+    def _command_json(self, command: str | None) -> str | None:
+        return None if command is None else redact_words(command)
 
     @model_validator(mode="after")
     def _launcher_fields(self) -> ArmSpec:
@@ -803,9 +837,11 @@ def load_spec(path: Path) -> ExperimentSpec:
         raise SpecError(str(path), ["the file must be a YAML mapping (name:, model:, images:, arms:, ...)"])
     for section, key in (("model", "path"), ("workload", "corpus")):
         node = raw.get(section)
-        if isinstance(node, dict) and isinstance(node.get(key), str):
-            p = Path(node[key]).expanduser()
-            node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())
+        # a path that cannot be one (a NUL byte, ~nosuchuser) is left for validation to name
+        if isinstance(node, dict) and isinstance(node.get(key), str) and "\0" not in node[key]:
+            with contextlib.suppress(ValueError):
+                p = _expand(Path(node[key]))
+                node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())
     try:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as err:

@@ -21,7 +21,7 @@ from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
 from specwatch.engine.orphans import LaunchTrace
 from specwatch.ranks import Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord
-from specwatch.redact import redact_argv, redact_env
+from specwatch.redact import redact_argv, redact_env, secret_values
 from specwatch.spec import ArmSpec
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class DockerLauncher:
         base_env = server_env(arm, image)
         base_url = f"http://{address}:{port}"
         handle = ServerHandle(base_url=base_url, record=LaunchRecord(launcher=self.name, base_url=base_url),
-                              secrets=base_env)
+                              secrets=secret_values(base_env, arm.args))
         ctx.arm_dir.mkdir(parents=True, exist_ok=True)
         records = []
         try:
