@@ -11,7 +11,6 @@ from specwatch.engine.launchers import LaunchContext, free_port, register, spawn
 from specwatch.records import ImageRef
 from specwatch.spec import ArmSpec
 
-
 # What a command template may use ({python} {port} ...); ArmSpec checks the template against it.
 COMMAND_FIELDS = ("python", "port", "host", "model", "served_name", "k", "spec_config", "args")
 
