@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows import prefect_env
@@ -55,7 +56,7 @@ def _load(file: Path) -> ExperimentSpec:
     try:
         return load_spec(file)
     except SpecError as exc:
-        err.print(f"[red]{exc.source} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
+        err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
         for line in exc.problems:
             err.print(f"  {line}", highlight=False, markup=False)
         raise typer.Exit(1) from None

@@ -137,7 +137,8 @@ def ingest(result: RunResult, db_path: Path, tables: tuple[str, ...] = TABLES) -
             con.rollback()
         raise db.DatabaseError(f"cannot write run {result.run_id} to {db_path}: {db.one_line(exc)}") from None
     finally:
-        con.close()
+        with contextlib.suppress(duckdb.Error):  # closed above, or closing fails as the commit did
+            con.close()
 
 
 def _rows(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ Two kinds of case:
   removed, an unknown key added, a list entry duplicated or dropped; written as YAML or JSON.
 - raw bytes: random bytes, YAML punctuation soup, and a valid file's bytes cut, spliced or flipped.
 
-The oracle (`check`) runs `specwatch validate FILE` through typer's CliRunner: the exit code is
+The oracle (`check`) runs `specwatch validate --plan FILE` through typer's CliRunner: the exit code is
 0 (valid) or 1 (invalid), no exception escapes, and an invalid file prints a header line and one
 indented line per problem, each a single line of bounded length.
 """
@@ -222,7 +222,7 @@ def check(data: bytes, workdir: Path) -> Verdict:
 
     path = workdir / "experiment.yaml"
     path.write_bytes(data)
-    res = CliRunner().invoke(app, ["validate", str(path)])
+    res = CliRunner().invoke(app, ["validate", "--plan", str(path)])  # --plan: each rank's launch is rendered too
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         import traceback
 
