@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows import prefect_env
@@ -55,7 +56,7 @@ def _load(file: Path) -> ExperimentSpec:
     try:
         return load_spec(file)
     except SpecError as exc:
-        err.print(f"[red]{exc.source} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
+        err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
         for line in exc.problems:
             err.print(f"  {line}", highlight=False, markup=False)
         raise typer.Exit(1) from None
@@ -353,14 +354,16 @@ def export(
 @app.command()
 def ingest(run_dir: Annotated[Path, typer.Argument(help="SPECWATCH_HOME/runs/<run_id>")], db: DbOption = None) -> None:
     """Load a run dir's results.json into DuckDB (idempotent: re-ingesting replaces the run's rows)."""
+    from specwatch.store.db import DatabaseError
     from specwatch.store.ingest import ingest as ingest_run
     from specwatch.store.rundir import read_raw
 
     try:
         result = read_raw(run_dir)
-    except (FileNotFoundError, ValueError) as exc:
-        raise _fail(str(exc)) from None
-    counts = ingest_run(result, db or paths.default_db())
+        counts = ingest_run(result, db or paths.default_db())
+    except (FileNotFoundError, ValueError, DatabaseError) as exc:
+        raise _fail(f"{exc}; the run dir is unchanged, run this again once the database is writable"
+                    if isinstance(exc, DatabaseError) else str(exc)) from None
     out.print(f"ingested run {result.run_id}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
 
 

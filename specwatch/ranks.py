@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from specwatch import templates
 
 if TYPE_CHECKING:
     from specwatch.spec import ArmSpec, HostSpec
@@ -91,10 +92,6 @@ class Rank:
         return hashlib.sha256(json.dumps(self.env, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _fields(template: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
-
-
 def render(arm: ArmSpec, hosts: dict[str, HostSpec]) -> list[Rank]:
     """The arm's ranks with their env and args rendered, the head first."""
     if not arm.ranks:
@@ -123,11 +120,10 @@ def render(arm: ArmSpec, hosts: dict[str, HostSpec]) -> list[Rank]:
         }
         env = dict(DEFAULT_RANK_ENV)
         for name, template in spec.env.items():
-            missing = _fields(template) - values.keys()
-            if missing:
-                raise RankError(f"arm {arm.name!r}: ranks[{listed}].env.{name} uses {{{sorted(missing)[0]}}}, "
-                                f"which has no value; known: {', '.join('{' + v + '}' for v in sorted(values))}")
-            env[name] = template.format(**values)
+            try:
+                env[name] = templates.fill(template, values)
+            except templates.TemplateError as exc:
+                raise RankError(f"arm {arm.name!r}: ranks[{listed}].env.{name} {exc}") from None
         out.append(Rank(node_rank, spec.role, spec.host, values["address"], host.netns if host else None,
                         env, list(spec.args), listed, route_to(host), host.model_path if host else None))
     return out

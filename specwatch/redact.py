@@ -1,21 +1,42 @@
-"""Secret redaction for everything that stores or prints launch args and env."""
+"""Secret redaction for everything that stores or prints launch args, env and server logs.
+
+A secret is the value of an env entry or a flag whose name says so (HF_TOKEN, *_KEY, *_SECRET,
+*_PASSWORD, --api-key, --hf-token=...). Records and reports carry the names with `***`; free text
+(log tails, server logs once the server stops) has every secret value replaced.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-# TOKEN but not TOKENS: NUM_SPECULATIVE_TOKENS and MAX_TOKENS are counts, not credentials.
-SECRET_NAME = re.compile(r"TOKEN(?!S)|KEY|SECRET|PASSWORD", re.IGNORECASE)
+# TOKEN but not TOKENS or TOKENIZER: NUM_SPECULATIVE_TOKENS, MAX_TOKENS and --tokenizer are not credentials.
+_NAME = r"TOKEN(?!S|IZER)|KEY|SECRET|PASSWORD"
+SECRET_NAME = re.compile(_NAME, re.IGNORECASE)
 REDACTED = "***"
+# Inside a shell string (a command launcher's `bash -c ...`): `--api-key X`, `--hf-token=X`, `HF_TOKEN=X`.
+_VALUE = r"""(?P<value>'[^']*'|"[^"]*"|[^\s'"]+)"""
+_FLAG_IN_TEXT = re.compile(rf"(?P<name>(?<![\w-])--?[\w.-]*(?:{_NAME})[\w.-]*)(?P<sep>=|[ \t]+){_VALUE}", re.I)
+_ASSIGN_IN_TEXT = re.compile(rf"(?P<name>(?<![\w-])[A-Za-z_]\w*(?:{_NAME})\w*)(?P<sep>=){_VALUE}", re.I)
+# Shorter values are not replaced in free text: a secret "1" would turn every 1 in a log into ***.
+MIN_SECRET_CHARS = 4
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in env.items()}
 
 
+def redact_words(text: str) -> str:
+    """A shell string with the values of its secret-named flags and assignments hidden."""
+    def hide(m: re.Match[str]) -> str:
+        return f"{m['name']}{m['sep']}{REDACTED}"
+
+    return _ASSIGN_IN_TEXT.sub(hide, _FLAG_IN_TEXT.sub(hide, text))
+
+
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Hide the values of secret-named flags: `--api-key X`, `--hf-token=X`, and `NAME=X` words."""
+    """Hide the values of secret-named flags: `--api-key X`, `--hf-token=X`, `NAME=X` words, and the same
+    inside a word that is itself a shell string (`bash -c '... --api-key X'`)."""
     out: list[str] = []
     hide_next = False
     for word in argv:
@@ -24,7 +45,9 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             hide_next = False
             continue
         name, eq, _ = word.partition("=")
-        if eq and SECRET_NAME.search(name):
+        if any(c.isspace() for c in word):
+            out.append(redact_words(word))
+        elif eq and SECRET_NAME.search(name):
             out.append(f"{name}={REDACTED}")
         elif word.startswith("-") and SECRET_NAME.search(word):
             out.append(word)
@@ -34,9 +57,21 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def redact_text(text: str, env: Mapping[str, str]) -> str:
-    """Replace the values of secret env entries wherever they appear in free text (e.g. a log line)."""
-    for k, v in env.items():
-        if v and SECRET_NAME.search(k):
-            text = text.replace(v, REDACTED)
+def secret_values(env: Mapping[str, str] = {}, argv: Iterable[str] = ()) -> list[str]:  # noqa: B006 (read only)
+    """The values redact_env and redact_argv hide, longest first (so no secret is half-replaced)."""
+    found = {v for k, v in env.items() if SECRET_NAME.search(k)}
+    words = list(argv)
+    for i, word in enumerate(words):
+        for m in (*_FLAG_IN_TEXT.finditer(word), *_ASSIGN_IN_TEXT.finditer(word)):
+            found.add(m["value"].strip("'\""))
+        if word.startswith("-") and "=" not in word and SECRET_NAME.search(word) and i + 1 < len(words):
+            found.add(words[i + 1])
+    return sorted((v for v in found if len(v) >= MIN_SECRET_CHARS), key=len, reverse=True)
+
+
+def redact_text(text: str, secrets: Iterable[str]) -> str:
+    """Replace every secret value wherever it appears in free text (a log line, an error)."""
+    for value in secrets:
+        text = text.replace(value, REDACTED)
     return text
+

@@ -6,6 +6,7 @@ stages never re-check user input.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -23,11 +24,13 @@ from pydantic import (
     PositiveInt,
     ValidationError,
     ValidationInfo,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
 from specwatch.design import VARIABLES, differences, signature, undeclared
+from specwatch.redact import redact_argv, redact_env, redact_words
 
 # Known speculative methods and the fields each needs. Forks add methods before
 # upstream does (DOMAIN.md), so an unknown method is allowed only with an explicit
@@ -67,8 +70,52 @@ PromptClass = Annotated[str, _registered("prompt class", "specwatch.bench.prompt
 TransportName = Annotated[str, _registered("client_transport", "specwatch.bench.transports", "TRANSPORTS")]
 
 
+def _expand(path: Path) -> Path:
+    """`~` and `~user` expanded; ValueError (a validation problem) when the user does not exist."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise ValueError(f"{str(path)!r}: {str(path).split('/')[0]} is not a user here; fix: write the full path") \
+            from None
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are never a setting: `.inf` as a duration or timeout would wait forever
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _cap(limit: int, why: str) -> AfterValidator:
+    """At most `limit`: a value past it would exhaust any machine; the error names the cap and why it is there."""
+
+    def check(value: int) -> int:
+        if value > limit:
+            raise ValueError(f"{value} is over specwatch's cap of {limit:,} ({why}); fix: use at most {limit:,}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _fits_int64(value: int) -> int:
+    # seeds reach torch.manual_seed and vLLM's sampling params, which take 64-bit integers
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{value} does not fit a 64-bit seed; fix: use a whole number between 0 and 2**63 - 1")
+    return value
+
+
+Seed = Annotated[int, AfterValidator(_fits_int64)]
+# The caps sit far above real GPU work (the largest published models: ~130 layers, hidden 16384, 128 heads,
+# ~256k vocab, 10M positions) and far below what would exhaust a machine before vLLM could refuse it.
+Tokens = Annotated[int, _cap(1 << 24, "16M tokens: past the longest context window served")]
+Concurrency = Annotated[PositiveInt, _cap(65_536, "one TCP connection per request in flight; a client host has "
+                                                   "~64k ports per server address")]
+Requests = Annotated[int, _cap(1_000_000, "each request's sample is kept in memory, results.json and DuckDB")]
+# A generated model is built on one host, weights first in float32 then copied to bf16 (~6 bytes per parameter):
+# 80B parameters is ~480 GB of RAM, the most a large GPU host has.
+MAX_GENERATED_PARAMS = 80_000_000_000
+# k sizes per-position arrays in the client, the records and the test server
+_K = _cap(256, "drafters propose at most tens of tokens per step")
+# each block is a server launch per arm, minutes each
+_BLOCKS = _cap(1000, "a block is a server launch per arm")
 
 
 class GeneratedModel(_Strict):
@@ -79,13 +126,32 @@ class GeneratedModel(_Strict):
     leaves nothing per-token to measure.
     """
 
-    layers: PositiveInt = 8
-    hidden_size: PositiveInt = 768
-    intermediate_size: PositiveInt = 2048
-    heads: PositiveInt = 12
-    vocab_size: Annotated[int, Field(ge=300)] = 2048
-    max_position_embeddings: PositiveInt = 1024
-    seed: int = 0
+    layers: Annotated[PositiveInt, _cap(512, "the deepest published models have ~130 layers")] = 8
+    hidden_size: Annotated[PositiveInt, _cap(65_536, "the widest published models have 16384")] = 768
+    intermediate_size: Annotated[PositiveInt, _cap(262_144, "the widest published MLPs have ~53k")] = 2048
+    heads: Annotated[PositiveInt, _cap(1024, "published models have at most 128")] = 12
+    vocab_size: Annotated[int, Field(ge=300), _cap(1 << 20, "the largest published vocabularies have ~256k")] = 2048
+    max_position_embeddings: Tokens = Field(default=1024, ge=1)
+    seed: Seed = 0
+
+    @property
+    def parameters(self) -> int:
+        """Llama's parameter count: embeddings and head, then per layer attention (4 h^2) and MLP (3 h i)."""
+        h = self.hidden_size
+        return 2 * self.vocab_size * h + self.layers * (4 * h * h + 3 * h * self.intermediate_size + 2 * h)
+
+    @model_validator(mode="after")
+    def _buildable(self) -> GeneratedModel:
+        if self.hidden_size % self.heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of heads {self.heads} (each head "
+                             "gets hidden_size / heads dimensions); fix: e.g. hidden_size 2048 with heads 16")
+        if self.parameters > MAX_GENERATED_PARAMS:
+            raise ValueError(f"{self.parameters / 1e9:,.0f}B parameters (layers {self.layers}, hidden_size "
+                             f"{self.hidden_size}, intermediate_size {self.intermediate_size}, vocab_size "
+                             f"{self.vocab_size}) is over specwatch's cap of {MAX_GENERATED_PARAMS / 1e9:.0f}B for "
+                             "a generated model (built in float32 on one host, ~6 bytes per parameter); fix: fewer "
+                             "layers or a smaller hidden_size")
+        return self
 
 
 class ModelSpec(_Strict):
@@ -94,7 +160,7 @@ class ModelSpec(_Strict):
     path: Path | None = None
     generate: GeneratedModel | None = None
     served_name: str | None = None
-    max_model_len: PositiveInt | None = Field(
+    max_model_len: Annotated[PositiveInt, Tokens] | None = Field(
         default=None, description="--max-model-len for every arm; default: the checkpoint's own maximum")
     on_hosts: bool = Field(default=False, description="path is on the ranks' hosts, not on this machine")
 
@@ -103,7 +169,7 @@ class ModelSpec(_Strict):
         if (self.path is None) == (self.generate is None):
             raise ValueError("set exactly one of model.path (a checkpoint directory) or model.generate")
         stored = bool(info.context and info.context.get("stored"))  # a past run's spec: the dir may be gone
-        if self.path is not None and not stored and not self.on_hosts and not self.path.expanduser().is_dir():
+        if self.path is not None and not stored and not self.on_hosts and not _expand(self.path).is_dir():
             raise ValueError(
                 f"model.path {str(self.path)!r} is not a directory; point it at a checkpoint with config.json"
             )
@@ -147,7 +213,7 @@ class ImageSpec(_Strict):
             stored = bool(info.context and info.context.get("stored"))
             if self.backend not in ("venv", "docker"):
                 raise ValueError(f"image {self.name!r}: wheelhouse is for backends venv and docker; remove it")
-            if not stored and not self.wheelhouse.expanduser().is_dir():
+            if not stored and not _expand(self.wheelhouse).is_dir():
                 raise ValueError(f"image {self.name!r}: wheelhouse {str(self.wheelhouse)!r} is not a directory; "
                                  "point it at the folder of wheels (pip download -d DIR ...)")
         if self.backend == "docker" and (self.ref is None) == (self.dockerfile is None):
@@ -165,13 +231,13 @@ class ImageSpec(_Strict):
 
 class SpeculativeSpec(_Strict):
     method: str
-    k: PositiveInt = Field(description="num_speculative_tokens")
-    prompt_lookup_max: PositiveInt | None = None
-    prompt_lookup_min: PositiveInt | None = None
+    k: Annotated[PositiveInt, _K] = Field(description="num_speculative_tokens")
+    prompt_lookup_max: Annotated[PositiveInt, Tokens] | None = None
+    prompt_lookup_min: Annotated[PositiveInt, Tokens] | None = None
     draft_model: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict, description="more keys for --speculative-config")
     allow_unknown_method: bool = False
-    fallback: list[PositiveInt] = Field(
+    fallback: list[Annotated[PositiveInt, _K]] = Field(
         default_factory=list, description="k-ladder: values tried in order when the server rejects k at startup"
     )
 
@@ -217,7 +283,7 @@ class SpeculativeSpec(_Strict):
 
 class SshSpec(_Strict):
     user: str
-    port: PositiveInt = 22
+    port: Annotated[int, Field(ge=1, le=65_535)] = 22
     key_file: Path | None = None
     known_hosts: Path | None = Field(default=None, description="default ~/.ssh/known_hosts; the key must match")
 
@@ -248,6 +314,16 @@ class RankSpec(_Strict):
                                 "{host} {address} {head_address}")
     args: list[str] = Field(default_factory=list, description="extra server args for this rank")
 
+    # JSON is what leaves the process (results.json, DuckDB, reports, Prefect's flow-run parameters):
+    # secrets stay in memory only. A run gets its secrets from the file or the environment, never a record.
+    @field_serializer("env", when_used="json")
+    def _env_json(self, env: dict[str, str]) -> dict[str, str]:
+        return redact_env(env)
+
+    @field_serializer("args", when_used="json")
+    def _args_json(self, args: list[str]) -> list[str]:
+        return redact_argv(args)
+
 
 class ArmSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
@@ -267,12 +343,32 @@ class ArmSpec(_Strict):
     rank_invariant_env: list[str] = Field(default_factory=list,
                                           description="more env names every rank must share (see specwatch.ranks)")
 
+    @field_serializer("env", when_used="json")
+    def _env_json(self, env: dict[str, str]) -> dict[str, str]:
+        return redact_env(env)  # as RankSpec's
+
+    @field_serializer("args", when_used="json")
+    def _args_json(self, args: list[str]) -> list[str]:
+        return redact_argv(args)
+
+    @field_serializer("command", when_used="json")
+    def _command_json(self, command: str | None) -> str | None:
+        return None if command is None else redact_words(command)
+
     @model_validator(mode="after")
     def _launcher_fields(self) -> ArmSpec:
         if self.launcher == "command" and not self.command:
             raise ValueError(f"arm {self.name!r}: launcher command needs command (a template with {{port}})")
         if self.launcher == "vllm" and self.command:
             raise ValueError(f"arm {self.name!r}: command is only used with launcher: command")
+        if self.command:
+            from specwatch import templates
+            from specwatch.engine.launchers.command import COMMAND_FIELDS  # the launchers import this module
+
+            try:
+                templates.check(self.command, COMMAND_FIELDS)
+            except templates.TemplateError as exc:
+                raise ValueError(f"arm {self.name!r}: command {exc}") from None
         return self
 
     @property
@@ -326,21 +422,21 @@ class SloSpec(_Strict):
 class WorkloadSpec(_Strict):
     protocol: ProtocolName = Field(default="completions", description="request protocol (specwatch.bench.protocols)")
     prompt_classes: Annotated[list[PromptClass], Field(min_length=1)] = ["code", "prose"]
-    prompt_tokens: Annotated[int, Field(ge=16)] = 128
-    max_tokens: Annotated[int, Field(ge=2)] = 64
-    concurrency: list[PositiveInt] = Field(default=[1, 4], description="closed-loop cells; [] with rates")
+    prompt_tokens: Annotated[Tokens, Field(ge=16)] = 128
+    max_tokens: Annotated[Tokens, Field(ge=2)] = 64
+    concurrency: list[Concurrency] = Field(default=[1, 4], description="closed-loop cells; [] with rates")
     request_rates: list[float] = Field(default=[], description="open-loop cells: requests/s, one cell each")
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: PositiveFloat = Field(default=1.0, description="gamma shape of the inter-arrival times (1 = Poisson)")
     ramp_up: RampUpSpec | None = Field(default=None, description="one more open-loop cell whose rate rises")
-    max_concurrency: PositiveInt | None = Field(
+    max_concurrency: Concurrency | None = Field(
         default=None, description="open-loop cells: the most requests in flight; one over it waits (send lateness)")
-    requests_per_cell: PositiveInt = 8
+    requests_per_cell: Annotated[Requests, Field(ge=1)] = 8
     duration_s: PositiveFloat | None = Field(
         default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
     )
-    warmup_requests: Annotated[int, Field(ge=0)] = 2
-    seed: int = 0
+    warmup_requests: Annotated[Requests, Field(ge=0)] = 2
+    seed: Seed = 0
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
@@ -423,8 +519,8 @@ class SamplingSpec(_Strict):
 
     temperature: Annotated[float, Field(ge=0)] = 0.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    top_k: int = -1
-    seed: int | None = 0
+    top_k: Annotated[int, Field(ge=-1), _cap(1 << 20, "the largest published vocabularies have ~256k")] = -1
+    seed: Seed | None = 0
 
 
 class Thresholds(_Strict):
@@ -440,13 +536,14 @@ class Thresholds(_Strict):
 class DesignSpec(_Strict):
     """How the arms are run: restart blocks, the variable under test, the correctness probes."""
 
-    blocks: PositiveInt = Field(default=3, description="launches per arm (restart blocks); >= 3 for a verdict")
-    max_blocks: PositiveInt | None = Field(default=None, description="adaptive stopping ceiling")
+    blocks: Annotated[PositiveInt, _BLOCKS] = Field(default=3, description="launches per arm (restart blocks); "
+                                                    ">= 3 for a verdict")
+    max_blocks: Annotated[PositiveInt, _BLOCKS] | None = Field(default=None, description="adaptive stopping ceiling")
     adaptive: bool = False
     varies: list[str] | None = Field(default=None, description="k, image, method, args, launcher, env or env:NAME")
     allow_confounded: bool = False
-    probes: Annotated[int, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
-    probe_tokens: Annotated[int, Field(ge=2)] = 32
+    probes: Annotated[Requests, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
+    probe_tokens: Annotated[Tokens, Field(ge=2)] = 32
 
     @model_validator(mode="after")
     def _coherent(self) -> DesignSpec:
@@ -465,7 +562,7 @@ class VerdictSpec(_Strict):
 
     tail_floor: Annotated[float, Field(ge=0, le=1)] = 0.2
     require_gain: bool = True
-    concurrency: list[PositiveInt] | None = Field(default=None, description="declared cells; default: all")
+    concurrency: list[Concurrency] | None = Field(default=None, description="declared cells; default: all")
     request_rates: list[PositiveFloat] | None = Field(default=None, description="declared rate cells; default: all")
     metrics: Annotated[list[str], Field(min_length=1)] = Field(
         default=["decode_tok_s"], description="judged metrics (specwatch.analysis.metrics); the first must gain")
@@ -618,6 +715,7 @@ _FIXES = {
     "model_type": "write a mapping",
     "too_short": "add at least one entry",
     "string_pattern_mismatch": "use letters, digits, '.', '_' or '-'",
+    "finite_number": "write a finite number (not .inf or .nan)",
 }
 
 
@@ -626,15 +724,27 @@ def _location(loc: tuple[Any, ...], raw: Any) -> str:
     out = ""
     node = raw
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and isinstance(node, list):
             out += f"[{part}]"
-            node = node[part] if isinstance(node, list) and part < len(node) else None
+            node = node[part] if part < len(node) else None
             if isinstance(node, dict) and isinstance(node.get("name"), str):
-                out += f"({node['name']})"
+                out += f"({_clip(node['name'], 40)})"
         else:
-            out += f".{part}" if out else str(part)
+            # a key as written when it is a plain word; else quoted, so no key can break the line
+            name = part if isinstance(part, str) and part.isidentifier() else repr(part)
+            out += f".{_clip(name, 60)}" if out else _clip(name, 60)
             node = node.get(part) if isinstance(node, dict) else None
     return out or "(file)"
+
+
+def _clip(text: str, limit: int) -> str:
+    """One short line: a value pasted from a 4 MB file must not become a 4 MB error line."""
+    text = " ".join(text.splitlines())
+    return text if len(text) <= limit else f"{text[:limit - 20]}...{text[-15:]} ({len(text):,} chars)"
+
+
+# A problem line stays readable: long enough for every message the validators write, fix included.
+_LINE = 400
 
 
 def format_validation_error(err: ValidationError, raw: Any) -> list[str]:
@@ -643,29 +753,101 @@ def format_validation_error(err: ValidationError, raw: Any) -> list[str]:
         where = _location(e["loc"], raw)
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "value_error":
-            lines.append(f"{where}: {msg}")
+            lines.append(_clip(f"{where}: {msg}", _LINE))
             continue
-        shown = "" if e["type"] == "missing" else f" (got {e['input']!r})"
+        shown = "" if e["type"] == "missing" else f" (got {_clip(repr(e['input']), 80)})"
         fix = _FIXES.get(e["type"])
-        lines.append(f"{where}: {msg}{shown}" + (f"; fix: {fix}" if fix else ""))
+        lines.append(_clip(f"{where}: {msg}{shown}" + (f"; fix: {fix}" if fix else ""), _LINE))
     return lines
+
+
+# An experiment file is a page of settings (the examples are ~2 KB); prompts live in a corpus file.
+MAX_SPEC_BYTES = 1 << 20
+# Values after YAML anchors and aliases are expanded: a few lines of aliases can stand for billions.
+MAX_SPEC_VALUES = 100_000
+
+
+def _expanded_size(node: Any) -> int:
+    """How many values validation will visit once aliases are expanded; ValueError for a cycle."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(n: Any) -> int:
+        if not isinstance(n, dict | list):
+            return 1
+        if id(n) in sizes:
+            return sizes[id(n)]
+        if id(n) in open_:
+            raise ValueError("a YAML alias refers to a node that contains it (a recursive structure); "
+                             "fix: write the value out instead of the alias")
+        open_.add(id(n))
+        children = [*n.keys(), *n.values()] if isinstance(n, dict) else n
+        total = 1
+        for child in children:
+            total += size(child)
+            if total > MAX_SPEC_VALUES:
+                break
+        open_.discard(id(n))
+        sizes[id(n)] = total
+        return total
+
+    return size(node)
+
+
+def _read_yaml(path: Path) -> Any:
+    """The file's YAML document, or SpecError with one line saying why it cannot be read."""
+    def fail(problem: str) -> SpecError:
+        return SpecError(str(path), [problem])
+
+    try:
+        size = path.stat().st_size
+        if path.is_dir():
+            raise fail("is a directory; pass the path of an experiment YAML file")
+        if size > MAX_SPEC_BYTES:
+            raise fail(f"is {size:,} bytes, over specwatch's cap of {MAX_SPEC_BYTES:,} for an experiment file; "
+                       "fix: put prompts in a corpus file (workload.corpus) and keep settings here")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise fail("file not found; pass the path of an experiment YAML file") from None
+    except OSError as exc:
+        raise fail(f"cannot be read ({exc.strerror or exc}); fix: check the path and its permissions") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise fail(f"is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); is it a binary "
+                   "file? fix: pass the experiment YAML file") from None
+    too_deep = fail("nests lists or mappings too deep; fix: an experiment file is a few levels deep (see examples/)")
+    try:
+        # libyaml when PyYAML has it: ~7x faster, and it refuses deep nesting itself instead of recursing
+        raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        raise fail(_clip(f"not valid YAML: {exc}", _LINE)) from None
+    except RecursionError:
+        raise too_deep from None
+    try:
+        values = _expanded_size(raw)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    except RecursionError:
+        raise too_deep from None
+    if values > MAX_SPEC_VALUES:
+        raise fail(f"expands to over {MAX_SPEC_VALUES:,} values (YAML anchors and aliases), over specwatch's cap; "
+                   "fix: write the settings out without nested aliases")
+    return raw
 
 
 def load_spec(path: Path) -> ExperimentSpec:
     """Read and validate an experiment file; relative model paths resolve against the file's folder."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(str(path), ["file not found; pass the path of an experiment YAML file"]) from None
-    except yaml.YAMLError as exc:
-        raise SpecError(str(path), [f"not valid YAML: {exc}".replace("\n", " ")]) from None
+    raw = _read_yaml(path)
     if not isinstance(raw, dict):
         raise SpecError(str(path), ["the file must be a YAML mapping (name:, model:, images:, arms:, ...)"])
     for section, key in (("model", "path"), ("workload", "corpus")):
         node = raw.get(section)
-        if isinstance(node, dict) and isinstance(node.get(key), str):
-            p = Path(node[key]).expanduser()
-            node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())
+        # a path that cannot be one (a NUL byte, ~nosuchuser) is left for validation to name
+        if isinstance(node, dict) and isinstance(node.get(key), str) and "\0" not in node[key]:
+            with contextlib.suppress(ValueError):
+                p = _expand(Path(node[key]))
+                node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())
     try:
         return ExperimentSpec.model_validate(raw)
     except ValidationError as err:

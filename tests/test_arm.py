@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from specwatch.engine import processes
 from specwatch.engine.arm import k_from_log, kv_from_log, run_arm
@@ -91,14 +93,19 @@ def test_dspark_block_size_refuses_before_launch(tmp_path: Path) -> None:
     assert not (tmp_path / "arm" / "server.log").exists()
 
 
-def test_unknown_placeholder_is_a_clear_failure(tmp_path: Path) -> None:
-    spec = ExperimentSpec.model_validate({
-        **experiment().model_dump(mode="json"),
-        "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": "serve --gpu {gpu_id}",
-                  "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}],
-    })
-    result = launch(tmp_path, spec)
-    assert result.status == "failed" and "unknown placeholder 'gpu_id'" in result.reason
+@pytest.mark.parametrize("command,message", [
+    ("serve --gpu {gpu_id}", "command uses {gpu_id}, which has no value; known: {args}"),
+    # str.format would pad with a gigabyte of spaces from one line of YAML
+    ("serve --port {port:>999999999}", "{port:>999999999} has a conversion or format spec; write {port}"),
+    ("serve {", "Single '{' encountered in format string; write {{ and }} for a literal brace"),
+])
+def test_a_bad_command_template_is_refused_by_the_spec(command: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        ExperimentSpec.model_validate({
+            **experiment().model_dump(mode="json"),
+            "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": command,
+                      "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}],
+        })
 
 
 @pytest.mark.parametrize("text,k", [

@@ -1,4 +1,4 @@
-from specwatch.redact import REDACTED, redact_argv, redact_env, redact_text
+from specwatch.redact import REDACTED, redact_argv, redact_env, redact_text, secret_values
 
 
 def test_env_values_with_secret_names_are_hidden() -> None:
@@ -16,5 +16,20 @@ def test_argv_flag_values_are_hidden_in_both_spellings() -> None:
 
 def test_secret_values_are_scrubbed_from_free_text() -> None:
     text = "boot failed: invalid token hf_abc for repo"
-    redacted = redact_text(text, {"HF_TOKEN": "hf_abc", "PORT": "8000"})
+    redacted = redact_text(text, secret_values({"HF_TOKEN": "hf_abc", "PORT": "8000"}))
     assert redacted == f"boot failed: invalid token {REDACTED} for repo"
+
+
+def test_secrets_inside_a_shell_string_are_hidden_and_found() -> None:
+    argv = ["bash", "-c", "python -m srv --port 8000 --api-key 'sk-1 2' --hf-token=hf_abc DB_PASSWORD=pw12 "
+            "--max-num-batched-tokens 8192 --tokenizer /models/tok"]
+    assert redact_argv(argv)[2] == (f"python -m srv --port 8000 --api-key {REDACTED} --hf-token={REDACTED} "
+                                    f"DB_PASSWORD={REDACTED} --max-num-batched-tokens 8192 --tokenizer /models/tok")
+    found = secret_values({"MY_SECRET": "s3cr3t", "PORT": "8000"}, [*argv, "--api-key", "sk-2345"])
+    assert set(found) == {"s3cr3t", "sk-2345", "hf_abc", "sk-1 2", "pw12"}
+    assert [len(v) for v in found] == sorted((len(v) for v in found), reverse=True)  # none half-replaced
+
+
+def test_short_values_are_not_replaced_in_free_text() -> None:
+    # a one-character "secret" would turn every such character of a log into ***
+    assert secret_values({"HF_TOKEN": "1"}) == []

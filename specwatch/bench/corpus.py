@@ -77,7 +77,7 @@ def read_corpus(path: Path) -> tuple[CorpusLine, ...]:
     """Every request line of the file; ValueError naming the file, the line and the fix on the first bad one."""
     try:
         text = path.expanduser().read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, RuntimeError) as exc:  # RuntimeError: ~user with no such user
         raise ValueError(f"{str(path)!r} cannot be read ({type(exc).__name__}); point it at a JSONL file") from None
     lines = []
     for number, raw in enumerate(text.splitlines(), start=1):

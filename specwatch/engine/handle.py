@@ -61,7 +61,7 @@ class ServerHandle:
     base_url: str
     record: LaunchRecord
     members: list[Member] = field(default_factory=list)
-    secrets: dict[str, str] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)  # values hidden in log tails and, once stopped, in the logs
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -70,16 +70,30 @@ class ServerHandle:
         self.stop()
 
     def stop(self) -> None:
-        """Every member, the last started first; ranks stop in parallel so none waits on another."""
+        """Every member, the last started first; ranks stop in parallel so none waits on another.
+        Then the secrets are scrubbed from their logs (a server may log its args: vLLM does)."""
         if len(self.members) == 1:
             self.members[0].stop()
+        else:
+            threads = [threading.Thread(target=m.stop, name=f"stop-{m.role}-{i}")
+                       for i, m in enumerate(reversed(self.members))]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.scrub_logs()
+
+    def scrub_logs(self) -> None:
+        if not self.secrets:
             return
-        threads = [threading.Thread(target=m.stop, name=f"stop-{m.role}-{i}")
-                   for i, m in enumerate(reversed(self.members))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        for path in {m.log_path for m in self.members if m.log_path is not None}:
+            try:
+                text = path.read_text(errors="replace")
+                scrubbed = redact_text(text, self.secrets)
+                if scrubbed != text:
+                    path.write_text(scrubbed)
+            except OSError:
+                pass  # a log that cannot be rewritten (full disk) stays as the server wrote it
 
     def exited(self) -> int | None:
         """The exit code of the first member that ended, None while all run."""

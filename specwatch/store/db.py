@@ -6,6 +6,7 @@ process at a time, so `connect` retries while another run holds the file.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
@@ -37,23 +38,50 @@ def load_sql(relpath: str) -> str:
     return path.read_text()
 
 
+def one_line(exc: BaseException) -> str:
+    """DuckDB's messages may span lines; an error the user sees is one."""
+    return " ".join(str(exc).split())
+
+
 def connect(path: Path, *, read_only: bool = False, wait_s: float = 120.0) -> duckdb.DuckDBPyConnection:
-    """Open the database, waiting while another process holds the write lock."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Open the database, waiting while another process holds the write lock.
+
+    A file that cannot be opened or migrated (read-only, full disk, not a database) is a
+    DatabaseError with one line; the run dir's results.json is then what keeps a run.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseError(f"cannot open {path}: cannot create the folder {path.parent} "
+                            f"({exc.strerror or exc})") from None
+    existed = path.exists()
     deadline = time.monotonic() + wait_s
     delay = 0.1
-    while True:
-        try:
-            con = duckdb.connect(str(path), read_only=read_only and path.exists())
-            break
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                raise DatabaseError(f"cannot open {path}: {exc}") from None
-            log.info("database %s is busy; retrying in %.1fs", path, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-    if not read_only:
-        migrate(con)
+    try:
+        while True:
+            try:
+                con = duckdb.connect(str(path), read_only=read_only and existed)
+                break
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                log.info("database %s is busy; retrying in %.1fs", path, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if not read_only:
+            try:
+                migrate(con)
+            except duckdb.Error:
+                con.close()
+                raise
+    except duckdb.Error as exc:
+        if not existed:
+            # A create that failed (full disk) leaves an empty file that every later open refuses as
+            # "not a valid DuckDB database": remove only what this call created.
+            for leftover in (path, path.with_name(path.name + ".wal")):
+                with contextlib.suppress(OSError):  # a read-only disk has nothing to remove
+                    leftover.unlink(missing_ok=True)
+        raise DatabaseError(f"cannot open {path}: {one_line(exc)}") from None
     return con
 
 

@@ -4,6 +4,7 @@ no duplicates, and `load` rebuilds the run from the database alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -123,21 +124,24 @@ def ingest(result: RunResult, db_path: Path, tables: tuple[str, ...] = TABLES) -
     con = db.connect(db_path)
     try:
         con.begin()
-        try:
-            for table in reversed(tables):
-                con.execute(db.load_sql(f"ingest/delete_{table}.sql"), {"run_id": result.run_id})
-            counts = {}
-            for table, frame in frames(result).items():
-                if table in tables:
-                    db.append(con, table, frame)
-                    counts[table] = len(frame)
-            con.commit()
-        except Exception:
-            con.rollback()
-            raise
+        for table in reversed(tables):
+            con.execute(db.load_sql(f"ingest/delete_{table}.sql"), {"run_id": result.run_id})
+        counts = {}
+        for table, frame in frames(result).items():
+            if table in tables:
+                db.append(con, table, frame)
+                counts[table] = len(frame)
+        con.commit()
+        con.close()  # a checkpoint on close writes too: a full disk shows here
         return counts
+    except (duckdb.Error, OSError) as exc:
+        # A failed commit has already ended the transaction; rollback would then raise over the real error.
+        with contextlib.suppress(duckdb.Error):
+            con.rollback()
+        raise db.DatabaseError(f"cannot write run {result.run_id} to {db_path}: {db.one_line(exc)}") from None
     finally:
-        con.close()
+        with contextlib.suppress(duckdb.Error):  # closed above, or closing fails as the commit did
+            con.close()
 
 
 def _rows(con: duckdb.DuckDBPyConnection, table: str, run_id: str) -> list[dict[str, Any]]:

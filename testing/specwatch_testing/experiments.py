@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 
@@ -20,3 +22,37 @@ def endpoint_ab(name: str, base_url: str, cand_url: str, design: dict[str, Any],
         "design": design,
         "workload": workload,
     }
+
+
+FAKE_SERVE = ("{python} -m specwatch_testing.fake_vllm --port {port} --served-model-name {served_name} "
+              "--spec-config {spec_config} --step-ms 3 --accept-probs 0.9,0.8,0.7 {args}")
+
+
+def command_ab(name: str, checkpoint: str, python: str, env: dict[str, str] | None = None,
+               args: list[str] | None = None) -> dict[str, Any]:
+    """A small A/B the flow launches itself: two command-launcher arms serving fake_vllm (k=2 vs k=3)
+    from a `python` image (the interpreter that has specwatch_testing) and a checkpoint dir with a
+    config.json. `env` and `args` go to both arms."""
+    def arm(arm_name: str, k: int) -> dict[str, Any]:
+        return {"name": arm_name, "image": "here", "launcher": "command", "command": FAKE_SERVE,
+                "speculative": {"method": "ngram", "k": k, "prompt_lookup_max": 4}, "boot_timeout_s": 60,
+                "env": env or {}, "args": args or []}
+
+    return {
+        "name": name,
+        "model": {"path": checkpoint, "served_name": "demo"},
+        "images": [{"name": "here", "backend": "python", "python": python}],
+        "arms": [arm("k2", 2), arm("k3", 3)],
+        "baseline": "k2",
+        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
+                     "requests_per_cell": 2, "warmup_requests": 1},
+    }
+
+
+def fake_checkpoint(folder: Path) -> Path:
+    """A checkpoint dir that passes the checkpoint check (config.json only): fake_vllm needs no weights."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                    "max_position_embeddings": 4096}))
+    return folder

@@ -20,7 +20,7 @@ from specwatch.engine.orphans import LaunchTrace
 from specwatch.engine.platforms import platform_of
 from specwatch.ranks import DEFAULT_RANK_ENV, Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
-from specwatch.redact import redact_argv, redact_env
+from specwatch.redact import redact_argv, redact_env, secret_values
 from specwatch.spec import ArmSpec
 
 
@@ -133,7 +133,7 @@ def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchCont
         log_path=log_path,
     ))
     member = start_process(argv, env, log_path, ctx, address=ctx.host, port=port, ssh=ctx.ssh, netns=ctx.netns)
-    return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=env)
+    return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=secret_values(env, argv))
 
 
 def rank_record(rank: Rank, argv: list[str], env: dict[str, str], log_path: Path) -> RankRecord:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import shlex
 import sys
 
+from specwatch import templates
 from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, register, spawn_server
+from specwatch.engine.launchers import LaunchContext, free_port, register, spawn_server
 from specwatch.records import ImageRef
 from specwatch.spec import ArmSpec
+
+# What a command template may use ({python} {port} ...); ArmSpec checks the template against it.
+COMMAND_FIELDS = ("python", "port", "host", "model", "served_name", "k", "spec_config", "args")
 
 
 class CommandLauncher:
@@ -28,14 +32,9 @@ class CommandLauncher:
             "spec_config": arm.speculative.config_json() if arm.speculative else "",
             "args": " ".join(shlex.quote(a) for a in arm.args),
         }
+        assert values.keys() == set(COMMAND_FIELDS)  # the spec checked the template against these
         quoted = {k: v if k == "args" else shlex.quote(v) for k, v in values.items()}
-        try:
-            rendered = arm.command.format(**quoted)
-        except (KeyError, IndexError) as exc:
-            raise LaunchError(
-                f"arm {arm.name}: command template uses unknown placeholder {exc}; known: {sorted(values)}"
-            ) from None
-        return spawn_server(["bash", "-c", rendered], arm, image, ctx, port, self.name)
+        return spawn_server(["bash", "-c", templates.fill(arm.command, quoted)], arm, image, ctx, port, self.name)
 
 
 register(CommandLauncher())

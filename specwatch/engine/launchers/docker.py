@@ -22,7 +22,7 @@ from specwatch.engine.orphans import LaunchTrace
 from specwatch.engine.platforms import platform_of
 from specwatch.ranks import Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord
-from specwatch.redact import redact_argv, redact_env
+from specwatch.redact import redact_argv, redact_env, secret_values
 from specwatch.spec import ArmSpec
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class DockerLauncher:
         platform = platform_of(image.package)
         base_url = f"http://{address}:{port}"
         handle = ServerHandle(base_url=base_url, record=LaunchRecord(launcher=self.name, base_url=base_url),
-                              secrets=base_env)
+                              secrets=secret_values(base_env, arm.args))
         ctx.arm_dir.mkdir(parents=True, exist_ok=True)
         records = []
         try:

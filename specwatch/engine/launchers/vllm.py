@@ -17,6 +17,7 @@ from specwatch.engine.launchers import (
 from specwatch.engine.platforms import Platform, platform_of
 from specwatch.ranks import Rank, multinode_args
 from specwatch.records import ImageRef, LaunchRecord
+from specwatch.redact import secret_values
 from specwatch.spec import ArmSpec
 
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
@@ -89,8 +90,8 @@ class VllmLauncher:
                 records.append(rank_record(rank, argv, env, log_path))
                 if handle is None:
                     handle = ServerHandle(base_url=f"http://{head.address}:{port}",
-                                          record=LaunchRecord(launcher=self.name, base_url=f"http://{head.address}:{port}"),
-                                          secrets=env)
+                                          record=LaunchRecord(launcher=self.name, base_url=f"http://{head.address}:{port}"))
+                handle.secrets = sorted({*handle.secrets, *secret_values(env, argv)}, key=len, reverse=True)
                 handle.members.append(member)
         except BaseException:
             if handle is not None:
