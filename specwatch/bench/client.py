@@ -125,7 +125,7 @@ class Client:
         """The served model's context length as the server reports it (vLLM's /v1/models card)."""
         resp = await self.http.get("/v1/models")
         resp.raise_for_status()
-        card = next((m for m in resp.json().get("data", []) if m.get("id") == self.target.model), {})
+        card: dict[str, Any] = next((m for m in resp.json().get("data", []) if m.get("id") == self.target.model), {})
         value = card.get("max_model_len")
         return int(value) if value is not None else None
 

@@ -18,7 +18,7 @@ from specwatch.bench.gates import Gates, gate
 from specwatch.bench.metrics import window
 from specwatch.bench.prompts import SOURCES, PromptRequest, repetition_ratio
 from specwatch.bench.transports import run_on_loop
-from specwatch.records import CellKey, CellResult, RequestSample, SpecWindow
+from specwatch.records import CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, SweepSpec, WorkloadSpec
 
 log = logging.getLogger("specwatch.bench")

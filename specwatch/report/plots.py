@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from statistics import mean
 
 import matplotlib
 
 matplotlib.use("Agg")  # headless hosts and CI have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
-from scipy import stats as scistats  # noqa: E402
 
+from specwatch.analysis.intervals import mean_ci  # noqa: E402
+from specwatch.analysis.loops import LOOP_FLAG  # noqa: E402
+from specwatch.analysis.sweep import SweepPoint  # noqa: E402
 from specwatch.analysis.verdict import ArmCurve  # noqa: E402
 from specwatch.records import RunResult  # noqa: E402
 
@@ -42,15 +42,6 @@ def _save(fig: plt.Figure, axes: list[plt.Axes], path: Path) -> Path:
     return path
 
 
-def _mean_ci(values: list[float]) -> tuple[float, float]:
-    """Mean of block medians and the half-width of its 95% t-interval (0 with one block)."""
-    m = mean(values)
-    if len(values) < 2:
-        return m, 0.0
-    sd = (sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-    return m, float(scistats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
-
-
 def decode_plot(result: RunResult, arms: list[str], prompt_classes: Sequence[str], path: Path) -> Path:
     fig, axes = plt.subplots(1, len(prompt_classes), figsize=(5.2 * len(prompt_classes), 4.0), squeeze=False)
     for ax, pclass in zip(axes[0], prompt_classes, strict=True):
@@ -65,10 +56,47 @@ def decode_plot(result: RunResult, arms: list[str], prompt_classes: Sequence[str
             if not per_conc:
                 continue
             concs = sorted(per_conc)
-            stats = [_mean_ci(per_conc[c]) for c in concs]
+            stats = [mean_ci(per_conc[c]) for c in concs]
             ax.errorbar(concs, [s[0] for s in stats], yerr=[s[1] for s in stats], marker="o", capsize=4, label=arm)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("decode tok/s per stream (block medians)")
         ax.set_title(f"{pclass}: mean of blocks, 95% CI")
     return _save(fig, list(axes[0]), path)
+
+
+SWEEP_DECODE_PNG = "sweep_decode_vs_depth.png"
+SWEEP_ACCEPTANCE_PNG = "sweep_acceptance_vs_depth.png"
+
+
+def _sweep_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path, value: Callable[[SweepPoint], float |
+                None], ylabel: str, title: str, errors: bool) -> Path:
+    """One line per arm over depth (log x); points of runs that looped are hollow and off the line."""
+    fig, ax = plt.subplots(figsize=(6.8, 4.2))
+    for colour, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], arms, strict=False):
+        shown = sorted(((p, v) for p in points if p.arm == arm and (v := value(p)) is not None),
+                       key=lambda pv: pv[0].depth)
+        clean = [(p, v) for p, v in shown if not p.looped]
+        if clean:
+            ax.errorbar([p.depth for p, _ in clean], [v for _, v in clean],
+                        yerr=[p.decode_ci for p, _ in clean] if errors else None, marker="o", capsize=4,
+                        color=colour, label=arm)
+        looped = [(p, v) for p, v in shown if p.looped]
+        if looped:
+            ax.scatter([p.depth for p, _ in looped], [v for _, v in looped], facecolors="none", edgecolors=colour,
+                       s=60, label=f"{arm}: {LOOP_FLAG}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context depth (prompt tokens)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return _save(fig, [ax], path)
+
+
+def sweep_decode_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path) -> Path:
+    return _sweep_plot(points, arms, path, lambda p: p.decode_tok_s, "decode tok/s, single stream",
+                       "Decode tok/s vs depth (mean, 95% CI)", errors=True)
+
+
+def sweep_acceptance_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path) -> Path:
+    return _sweep_plot(points, arms, path, lambda p: p.acceptance_shown, "mean acceptance length (incl. bonus)",
+                       "Mean acceptance length vs depth (hollow: looped)", errors=False)

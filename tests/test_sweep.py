@@ -1,0 +1,199 @@
+"""The context-length sweep: the loop detector on planted texts, the bad-input lines, calibration to
+the exact depth, and the flow end to end against fake servers (real vLLM: tests/test_sweep_real.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specwatch.analysis.loops import is_loop, repeated_phrase
+from specwatch.bench.client import BenchTarget, Client
+from specwatch.bench.prompts import SOURCES, PromptRequest, generated_text, repetition_ratio
+from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec, load_spec
+from specwatch_testing.experiments import endpoint_ab
+from specwatch_testing.records import query as rows
+from specwatch_testing.server import run_fake_vllm
+
+SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+SWEEP_COLUMNS = ["run_id", "arm", "depth", "prompt_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s",
+                 "mean_acceptance_length", "acceptance_per_position", "repetition_ratio", "loop_detected"]
+
+
+# ---------------------------------------------------------------- loop detector
+
+LOOPING = [
+    "the cat sat on the mat and the cat sat on the mat and the cat sat on the mat again",
+    "I think that I think that I think that I think that",
+    "ok " * 40,
+    "Result: value is 4. Result: value is 4. Result: value is 4. Done.",
+]
+NOT_LOOPING = [
+    "The quick brown fox jumps over the lazy dog while a small bird sings in the old oak tree.",
+    "the cat sat on the mat and the cat sat on the mat, then left for good",  # a phrase twice is not a loop
+    generated_text(0, 0, 2000),
+    "",
+]
+
+
+@pytest.mark.parametrize("text", LOOPING)
+def test_planted_loops_are_detected(text: str) -> None:
+    assert repeated_phrase(text) is not None
+    assert is_loop(None, text, 0.5)
+
+
+@pytest.mark.parametrize("text", NOT_LOOPING)
+def test_planted_non_loops_are_not(text: str) -> None:
+    assert repeated_phrase(text) is None
+    assert not is_loop(repetition_ratio(list(map(hash, text.split()))), text, 0.5)
+
+
+def test_repetition_ratio_alone_flags_a_loop_above_the_threshold() -> None:
+    ids = [1, 2, 3, 4] * 10  # 3-grams: 4 distinct of 38
+    ratio = repetition_ratio(ids)
+    assert ratio is not None and ratio > 0.8
+    assert is_loop(ratio, "", 0.8) and not is_loop(ratio, "", 0.95)
+
+
+def test_generated_prompts_do_not_repeat_and_extend_their_shorter_selves() -> None:
+    long = generated_text(3, 7, 200_000)
+    assert long.startswith(generated_text(3, 7, 50_000)[:-200])
+    words = long.split()
+    assert repetition_ratio(words) is not None and repetition_ratio(words) < 0.001  # type: ignore[operator]
+    assert generated_text(3, 8, 1000) != generated_text(3, 7, 1000)
+
+
+# ---------------------------------------------------------------- bad input, one line each
+
+BASE = """
+name: s
+model: {generate: {max_position_embeddings: 4096}, served_name: demo}
+images: [{name: i, backend: endpoint, url: "http://127.0.0.1:1"}]
+arms: [{name: a, image: i}]
+baseline: a
+workload: {max_tokens: 64}
+"""
+
+
+@pytest.mark.parametrize(("sweep", "expected"), [
+    ("{depths: [1024, 8192]}", "depth 8192 + max_tokens 64 = 8256 is beyond max_model_len 4096"),
+    ("{depths: [2048, 1024]}", "is not increasing (1024 after 2048)"),
+    ("{depths: [1024, 1024]}", "is not increasing (1024 after 1024)"),
+    ("{loop_threshold: 0}", "sweep.loop_threshold 0.0 is outside (0, 1]"),
+    ("{loop_threshold: 1.5}", "sweep.loop_threshold 1.5 is outside (0, 1]"),
+])
+def test_bad_sweep_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, sweep: str, expected: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE + f"sweep: {sweep}\n")
+    with pytest.raises(SpecError) as err:
+        load_spec(path)
+    (line,) = err.value.problems
+    assert expected in line and "fix:" in line and "\n" not in line
+    cli = subprocess.run([str(Path(sys.executable).parent / "specwatch"), "validate", str(path)], capture_output=True,
+                         text=True)
+    assert cli.returncode == 1 and "Traceback" not in cli.stderr and expected in " ".join(cli.stderr.split())
+
+
+def test_a_sweep_within_the_context_is_valid(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE + "sweep: {depths: [1024, 2048, 4032], loop_threshold: 1}\n")
+    spec = load_spec(path)
+    assert spec.sweep is not None and spec.sweep.depths_for(4096, 64) == [1024, 2048, 4032]
+    assert type(spec.sweep)(min_depth=1024).depths_for(4096, 64) == [1024, 2048]  # 4096 + 64 does not fit
+
+
+# ---------------------------------------------------------------- calibration (fake server's tokenizer)
+
+
+async def calibrate_all(url: str, model: str, depths: list[int]) -> list[tuple[int, int]]:
+    source = SOURCES["generated"]
+    async with Client(BenchTarget(url, model, "cal"), WorkloadSpec(), SamplingSpec()) as client:
+        return [(d, (await source.prompt(PromptRequest(0, i, "cal", d), client.count)).tokens)
+                for i, d in enumerate(depths)]
+
+
+def test_calibration_hits_every_depth_within_one_token_on_the_fake_tokenizer() -> None:
+    depths = [17, 100, 1000, 4000, 30000]
+    with run_fake_vllm(["--served-model-name", "demo", "--max-model-len", "65536"]) as url:
+        got = asyncio.run(calibrate_all(url, "demo", depths))
+    assert all(abs(tokens - depth) <= 1 for depth, tokens in got), got
+
+
+# ---------------------------------------------------------------- the flow, against fake servers
+
+
+@pytest.fixture(scope="module")
+def fake_sweep(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
+    from flows.sweep import sweep
+    from specwatch.spec import ExperimentSpec
+
+    db = tmp_path_factory.mktemp("db") / "sweep.duckdb"
+    args = ["--served-model-name", "demo", "--step-ms", "4", "--max-model-len", "1024"]
+    with run_fake_vllm([*args, "--spec-config", SPEC]) as spec_url, run_fake_vllm(args) as plain_url:
+        doc = endpoint_ab("fake-sweep", spec_url, plain_url, design={"blocks": 2, "probes": 0},
+                          workload={"prompt_classes": ["generated"], "prompt_tokens": 32, "max_tokens": 16,
+                                    "concurrency": [1], "requests_per_cell": 1, "warmup_requests": 1})
+        doc["arms"][1].pop("speculative")  # the no-spec control
+        doc["design"]["allow_confounded"] = True
+        doc["sweep"] = {"depths": [128, 256, 512, 1024], "runs": 2}
+        doc["model"]["generate"] = {"max_position_embeddings": 2048}  # the file allows 1024; the servers do not
+        outcome = sweep(ExperimentSpec.model_validate(doc), db=str(db))
+    return outcome, db
+
+
+def test_sweep_results_view_has_exactly_the_issues_columns_and_one_row_per_run(fake_sweep) -> None:
+    outcome, db = fake_sweep
+    columns = [r[0] for r in rows(db, "DESCRIBE sweep_results")]
+    assert columns == SWEEP_COLUMNS
+    got = rows(db, f"SELECT arm, depth, count(*), min(prompt_tokens), max(prompt_tokens) FROM sweep_results "
+                   f"WHERE run_id = '{outcome.run_id}' GROUP BY ALL ORDER BY ALL")
+    # 2 blocks x 2 runs per depth and arm; 1024 + 16 does not fit max_model_len 1024: skipped
+    expected = [(arm, d, 4) for arm in ("base", "cand") for d in (128, 256, 512)]
+    assert [(arm, d, n) for arm, d, n, _, _ in got] == expected
+    assert all(d - 1 <= lo and hi <= d for _, d, _, lo, hi in got), got
+    spec_rows = rows(db, f"SELECT mean_acceptance_length, acceptance_per_position, prefill_tok_s, decode_tok_s "
+                         f"FROM sweep_results WHERE run_id = '{outcome.run_id}' AND arm = 'base'")
+    assert all(m is not None and m >= 1 and len(p) == 3 and pre > 0 and dec > 0 for m, p, pre, dec in spec_rows)
+    plain = rows(db, f"SELECT mean_acceptance_length FROM sweep_results WHERE run_id = '{outcome.run_id}' "
+                     f"AND arm = 'cand'")
+    assert plain and all(m is None for (m,) in plain)
+
+
+def test_a_depth_beyond_the_servers_max_model_len_is_skipped_with_both_numbers(fake_sweep) -> None:
+    outcome, db = fake_sweep
+    reasons = rows(db, f"SELECT DISTINCT skip_reason FROM cells WHERE run_id = '{outcome.run_id}' AND depth = 1024")
+    assert reasons == [("depth 1024 + max_tokens 16 = 1040 is beyond the server's max_model_len 1024",)]
+    assert rows(db, f"SELECT count(*) FROM series_cells WHERE run_id = '{outcome.run_id}' AND prompt_tokens = 1024") \
+        == [(0,)]
+
+
+def test_prompts_record_their_own_repetition_and_generated_text_is_judged(fake_sweep) -> None:
+    outcome, db = fake_sweep
+    got = rows(db, f"SELECT max(prompt_repetition_ratio), count(requests.loop_detected), count(*) FROM requests "
+                   f"JOIN cells USING (run_id, arm, block, cell) WHERE run_id = '{outcome.run_id}' AND depth > 0")
+    (rep, judged, total), = got
+    assert rep is not None and rep < 0.2 and judged == total > 0
+
+
+def test_sweep_points_join_history_series_with_depth_in_the_key(fake_sweep) -> None:
+    outcome, db = fake_sweep
+    keys = rows(db, f"SELECT prompt_tokens, count(DISTINCT series_key) FROM series_points "
+                    f"WHERE run_id = '{outcome.run_id}' GROUP BY ALL ORDER BY 1")
+    assert [d for d, _ in keys] == [128, 256, 512]
+    assert all(n == 2 for _, n in keys)  # one series per arm at each depth
+
+
+def test_sweep_checks_ran_between_neighbouring_depths_and_the_report_has_both_plots(fake_sweep) -> None:
+    outcome, db = fake_sweep
+    checks = rows(db, f"SELECT check_name, arm, cell, passed FROM quality_results WHERE run_id = '{outcome.run_id}' "
+                      f"AND check_name LIKE 'sweep.%' ORDER BY ALL")
+    assert len(checks) == 2 * 2 * 2  # 2 arms x 2 steps (128->256->512) x 2 checks
+    report = (outcome.run_dir / "sweep.md").read_text()
+    for name in ("sweep_decode_vs_depth.png", "sweep_acceptance_vs_depth.png"):
+        assert (outcome.run_dir / name).stat().st_size > 10_000 and name in report
+    assert "## Across arms" in report and "| cand | 256 |" in report
+    assert "skipped: depth 1024" in report
