@@ -8,6 +8,7 @@ distribution: such environments may have no pip, so `pip freeze` cannot be relie
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -57,7 +58,7 @@ class PythonBackend:
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         started = time.monotonic()
-        found = shutil.which(spec.python)
+        found = shutil.which(os.path.expanduser(spec.python))  # `~/vllm-venv/bin/python` as a file says it
         if found is None:
             raise ImageError(f"image {spec.name}: python {spec.python!r} is not an interpreter on this host; "
                              "set python: to the path of the environment's python")
