@@ -197,3 +197,108 @@ def test_sweep_checks_ran_between_neighbouring_depths_and_the_report_has_both_pl
         assert (outcome.run_dir / name).stat().st_size > 10_000 and name in report
     assert "## Across arms" in report and "| cand | 256 |" in report
     assert "skipped: depth 1024" in report
+
+
+# ---------------------------------------------------------------- checks and history on a real DuckDB file
+
+
+def _sweep_cell(depth: int, decode_tok_s: float, looped: bool = False):  # type: ignore[no-untyped-def]
+    from specwatch import records as r
+
+    runs = [r.RequestSample(index=i, prompt_tokens=depth, status="ok", completion_tokens=33, chunks=33,
+                            ttft_s=depth / 5000, decode_s=32 / (decode_tok_s * f), e2e_s=1.0, arrival_groups=33,
+                            repetition_ratio=0.9 if looped else 0.05, prompt_repetition_ratio=0.001,
+                            loop_detected=looped, window_drafts=10.0, window_accepted_tokens=25.0 if looped else 12.0,
+                            window_accepted_per_position=[9.0, 8.0, 8.0] if looped else [6.0, 4.0, 2.0])
+            for i, f in enumerate((0.99, 1.0, 1.01))]
+    window = r.SpecWindow(num_drafts=30.0, num_draft_tokens=90.0, num_accepted_tokens=75.0 if looped else 36.0,
+                          accepted_per_position=[27.0, 24.0, 24.0] if looped else [18.0, 12.0, 6.0],
+                          prefix_cache_hits=0.0, prefix_cache_queries=float(depth * 3))
+    return r.CellResult(concurrency=1, prompt_class="generated", prompt_tokens=depth, depth=depth, max_tokens=33,
+                        wall_s=3.0, window=window, requests=runs, flags=[LOOP] if looped else [])
+
+
+LOOP = "acceptance inflated by loop (3 of 3 runs)"
+
+
+def _sweep_run(run_id: str, decode: dict[int, float], looped: tuple[int, ...] = (), version: str = "0.32.0"):  # type: ignore[no-untyped-def]
+    from specwatch_testing import records as factory
+
+    arm = factory.arm("k3", 3, 1.0, [80.0, 60.0, 40.0])
+    arm.image_ref = arm.image_ref.model_copy(update={"vllm_version": version})  # type: ignore[union-attr]
+    arm.cells = [_sweep_cell(d, v, d in looped) for d, v in decode.items()]
+    result = factory.run(run_id, arms=[arm])
+    result.experiment = {"sampling": {"temperature": 0.0}, "model": {"served_name": "demo"}}
+    return result
+
+
+def test_a_cliff_beyond_its_interval_is_flagged_and_a_shelf_is_not(tmp_path: Path) -> None:
+    from specwatch.spec import Thresholds
+    from specwatch.store import checks
+    from specwatch.store.db import connect
+    from specwatch.store.ingest import ingest
+
+    db = tmp_path / "h.duckdb"
+    # 1K -> 2K: -16% (the seed's slope); 2K -> 4K: -50% (a cliff); 4K -> 8K: -2% (a shelf); 8K -> 16K: +20% (a rise)
+    ingest(_sweep_run("r1", {1024: 42.0, 2048: 35.3, 4096: 17.6, 8192: 17.2, 16384: 20.6}), db)
+    con = connect(db)
+    try:
+        got = {(q.check, q.cell.split("/p")[-1]): q for q in checks.sweep_records(con, "r1", Thresholds(), 0.3)}
+    finally:
+        con.close()
+    assert {k for k, q in got.items() if not q.passed} == {("sweep.cliff", "4096"), ("sweep.decode_falls", "16384")}
+    assert "CLIFF" in got[("sweep.cliff", "4096")].detail and got[("sweep.cliff", "4096")].severity == "regression"
+    assert got[("sweep.cliff", "2048")].passed and got[("sweep.cliff", "8192")].passed
+
+
+def test_loop_cells_stay_in_the_data_but_leave_the_acceptance_trend(tmp_path: Path) -> None:
+    from specwatch.report.sweep import sweep_points, write_sweep_report
+    from specwatch.store.db import connect
+    from specwatch.store.ingest import ingest
+
+    db = tmp_path / "h.duckdb"
+    result = _sweep_run("r1", {1024: 40.0, 2048: 34.0}, looped=(2048,))
+    ingest(result, db)
+    trend = rows(db, "SELECT prompt_tokens, mean_acceptance_length, decode_tok_s_median FROM series_points "
+                     "ORDER BY prompt_tokens")
+    assert trend[0][1] == pytest.approx(2.2) and trend[1][1] is None and trend[1][2] > 0
+    per_run = rows(db, "SELECT depth, mean_acceptance_length, loop_detected FROM sweep_results ORDER BY depth")
+    assert per_run == [(1024, pytest.approx(2.2), False)] * 3 + [(2048, pytest.approx(3.5), True)] * 3
+    con = connect(db)
+    try:
+        points = sweep_points(con, "r1")
+    finally:
+        con.close()
+    looped = next(p for p in points if p.depth == 2048)
+    assert looped.mean_acceptance_length is None and looped.looped_acceptance_length == pytest.approx(3.5)
+    result.experiment = {**_experiment_doc(), "sampling": {"temperature": 0.0}}
+    report = write_sweep_report(result, points, tmp_path / "out").read_text()
+    assert "(3.50, acceptance inflated by loop)" in report
+    assert (tmp_path / "out" / "sweep_acceptance_vs_depth.png").stat().st_size > 10_000
+
+
+def test_a_cliff_between_two_versions_is_a_history_regression(tmp_path: Path) -> None:
+    from specwatch.spec import Thresholds
+    from specwatch.store import checks
+    from specwatch.store.db import connect
+    from specwatch.store.ingest import ingest
+
+    db = tmp_path / "h.duckdb"
+    ingest(_sweep_run("20261130T120000Z-aaaaaa", {1024: 40.0, 4096: 30.0}, version="0.31.0"), db)
+    later = _sweep_run("20261130T130000Z-bbbbbb", {1024: 40.0, 4096: 15.0}, version="0.32.0")
+    later.started_at = later.started_at.replace(hour=13)
+    ingest(later, db)
+    con = connect(db)
+    try:
+        records, _ = checks.history_records(con, later.run_id, Thresholds())
+    finally:
+        con.close()
+    failed = {(q.cell, q.metric) for q in records if not q.passed}
+    assert ("closed/c1/generated/p4096", "decode_tok_s_median") in failed
+    assert not any(cell.endswith("p1024") for cell, _ in failed)
+
+
+def _experiment_doc() -> dict:
+    return {"name": "s", "model": {"generate": {}, "served_name": "demo"},
+            "images": [{"name": "cpu", "backend": "endpoint", "url": "http://127.0.0.1:1"}],
+            "arms": [{"name": "k3", "image": "cpu"}], "baseline": "k3"}
