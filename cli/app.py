@@ -85,6 +85,12 @@ def validate(
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each)")
+    if spec.sweep is not None:  # `specwatch sweep` measures depths instead of the cells above
+        sw, limit = spec.sweep, spec.context_limit
+        depths = sw.depths_for(limit[0], spec.workload.max_tokens) if limit else sw.depths
+        shown = depths or f"powers of two from {sw.min_depth} up to the server's max_model_len"
+        out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
+                  highlight=False)
     if launches:
         for r in rank_launches(spec):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",

@@ -93,7 +93,7 @@ def test_bad_sweep_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, 
         load_spec(path)
     (line,) = err.value.problems
     assert expected in line and "fix:" in line and "\n" not in line
-    cli = subprocess.run([str(Path(sys.executable).parent / "specwatch"), "validate", str(path)], capture_output=True,
+    cli = subprocess.run([str(Path(sys.executable).parent / "specwatch"), "sweep", str(path)], capture_output=True,
                          text=True)
     assert cli.returncode == 1 and "Traceback" not in cli.stderr and expected in " ".join(cli.stderr.split())
 

@@ -14,6 +14,8 @@ import pandas as pd
 
 from specwatch.analysis.intervals import mean_ci
 
+MIN_BLOCKS_FOR_INTERVAL = 3
+
 
 def _opt(value: Any) -> float | None:
     return None if value is None or pd.isna(value) else float(value)
@@ -25,7 +27,7 @@ class SweepPoint:
     depth: int
     cell: str
     runs: int
-    decode_tok_s: float | None  # mean of block medians (one block: mean of its runs)
+    decode_tok_s: float | None  # mean of block medians (fewer than 3 blocks: mean of all runs)
     decode_ci: float  # half-width of its 95% t-interval (0 without spread)
     ttft_s: float | None
     prefill_tok_s: float | None
@@ -48,11 +50,15 @@ class SweepPoint:
 
 
 def points_from(frame: pd.DataFrame) -> list[SweepPoint]:
-    """Rows of sql/checks/sweep_points.sql as points; the interval is over blocks when there are two or more."""
+    """Rows of sql/checks/sweep_points.sql as points.
+
+    The interval is over block medians from 3 blocks on (restart noise included); below that over all
+    runs pooled: a t-interval of 2 block medians is 12.7 standard errors wide and could flag nothing.
+    """
     out = []
     for row in frame.itertuples():
         blocks, runs = list(row.block_decodes), list(row.run_decodes)
-        values = blocks if len(blocks) >= 2 else runs
+        values = blocks if len(blocks) >= MIN_BLOCKS_FOR_INTERVAL else runs
         decode, ci = mean_ci(values) if values else (None, 0.0)
         out.append(SweepPoint(
             arm=str(row.arm), depth=int(row.depth), cell=str(row.cell), runs=int(row.runs), decode_tok_s=decode,

@@ -92,9 +92,10 @@ async def measure_sweep(target: BenchTarget, workload: WorkloadSpec, sampling: S
             else:
                 cells.append(await measure_depth(client, sweep, depth, gates))
             c = cells[-1]
+            mal = c.window.mean_acceptance_length
             log.info("depth %d: %s", depth, c.skip_reason or
                      f"decode {c.decode_tok_s_median or 0:.1f} tok/s, mean acceptance length "
-                     f"{c.window.mean_acceptance_length or 0:.2f}, loop {c.loop_detected}")
+                     f"{'n/a' if mal is None else f'{mal:.2f}'}, loop {c.loop_detected}")
         return cells
 
 

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless hosts and CI have no display
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 from specwatch.analysis.intervals import mean_ci  # noqa: E402
 from specwatch.analysis.loops import LOOP_FLAG  # noqa: E402
@@ -69,23 +70,24 @@ SWEEP_DECODE_PNG = "sweep_decode_vs_depth.png"
 SWEEP_ACCEPTANCE_PNG = "sweep_acceptance_vs_depth.png"
 
 
-def _sweep_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path, value: Callable[[SweepPoint], float |
-                None], ylabel: str, title: str, errors: bool) -> Path:
-    """One line per arm over depth (log x); points of runs that looped are hollow and off the line."""
+def _sweep_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path,
+                value: Callable[[SweepPoint], float | None], ylabel: str, title: str, decode: bool) -> Path:
+    """One line per arm over depth (log x). Points of cells with a looping run are hollow: on the decode
+    plot joined by a dotted line (decode stays a measurement), on the acceptance plot never joined
+    (a loop inflates acceptance, so it is no part of the trend)."""
     fig, ax = plt.subplots(figsize=(6.8, 4.2))
     for colour, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], arms, strict=False):
         shown = sorted(((p, v) for p in points if p.arm == arm and (v := value(p)) is not None),
                        key=lambda pv: pv[0].depth)
-        clean = [(p, v) for p, v in shown if not p.looped]
-        if clean:
-            ax.errorbar([p.depth for p, _ in clean], [v for _, v in clean],
-                        yerr=[p.decode_ci for p, _ in clean] if errors else None, marker="o", capsize=4,
-                        color=colour, label=arm)
-        looped = [(p, v) for p, v in shown if p.looped]
-        if looped:
-            ax.scatter([p.depth for p, _ in looped], [v for _, v in looped], facecolors="none", edgecolors=colour,
-                       s=60, label=f"{arm}: {LOOP_FLAG}")
+        for looped, style, label in ((False, "-", arm), (True, ":" if decode else "none", f"{arm}: {LOOP_FLAG}")):
+            group = [(p, v) for p, v in shown if p.looped == looped]
+            if group:
+                ax.errorbar([p.depth for p, _ in group], [v for _, v in group],
+                            yerr=[p.decode_ci for p, _ in group] if decode else None, marker="o", markersize=7,
+                            capsize=4, color=colour, linestyle=style, label=label,
+                            markerfacecolor="none" if looped else colour)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1024:g}K" if x >= 1024 else f"{x:g}"))
     ax.set_xlabel("context depth (prompt tokens)")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -94,9 +96,9 @@ def _sweep_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path, v
 
 def sweep_decode_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path) -> Path:
     return _sweep_plot(points, arms, path, lambda p: p.decode_tok_s, "decode tok/s, single stream",
-                       "Decode tok/s vs depth (mean, 95% CI)", errors=True)
+                       "Decode tok/s vs depth (mean, 95% CI; hollow: looped)", decode=True)
 
 
 def sweep_acceptance_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path) -> Path:
     return _sweep_plot(points, arms, path, lambda p: p.acceptance_shown, "mean acceptance length (incl. bonus)",
-                       "Mean acceptance length vs depth (hollow: looped)", errors=False)
+                       "Mean acceptance length vs depth (hollow: looped)", decode=False)
