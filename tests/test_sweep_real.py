@@ -20,8 +20,9 @@ from specwatch_testing.records import query as rows
 
 pytestmark = pytest.mark.real
 
-# Small and deep, odd and even; /tokenize counts beyond the served 1024 positions too (deep GPU depths).
-DEPTHS = [16, 63, 128, 255, 512, 777, 1000, 4096, 16384]
+# Small (the nonce alone is ~24 tokens) and deep, odd and even; /tokenize counts beyond the served 1024
+# positions too, so the GPU sweep's depths are calibrated here as well.
+DEPTHS = [32, 63, 128, 255, 512, 777, 1000, 4096, 16384]
 NGRAM = {"method": "ngram", "k": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 
