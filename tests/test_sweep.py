@@ -67,6 +67,17 @@ def test_generated_prompts_do_not_repeat_and_extend_their_shorter_selves() -> No
     assert generated_text(3, 8, 1000) != generated_text(3, 7, 1000)
 
 
+def test_a_deep_class_text_prompt_repeats_itself_and_a_generated_one_does_not() -> None:
+    from specwatch.bench.prompts import seeded_content
+    from specwatch_testing.fake_vllm import tokenize
+
+    chars = 32_000 * 4  # ~32K tokens: a class text (6.6-8.1 KB) wraps around ~16 times
+    wrapped = repetition_ratio(tokenize(seeded_content("code", 0, 0, chars), 32000))
+    fresh = repetition_ratio(tokenize(generated_text(0, 0, chars), 32000))
+    assert wrapped is not None and fresh is not None
+    assert wrapped > 0.8 and fresh < 0.05, (wrapped, fresh)
+
+
 # ---------------------------------------------------------------- bad input, one line each
 
 BASE = """
