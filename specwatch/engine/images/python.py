@@ -58,7 +58,7 @@ class PythonBackend:
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         started = time.monotonic()
-        found = shutil.which(os.path.expanduser(spec.python))  # `~/vllm-venv/bin/python` as a file says it
+        found = shutil.which(os.path.expanduser(spec.python))  # `~/venv/bin/python` in a shared file
         if found is None:
             raise ImageError(f"image {spec.name}: python {spec.python!r} is not an interpreter on this host; "
                              "set python: to the path of the environment's python")
