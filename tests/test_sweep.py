@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from specwatch.analysis.loops import is_loop, repeated_phrase
@@ -280,6 +281,15 @@ def test_loop_cells_stay_in_the_data_but_leave_the_acceptance_trend(tmp_path: Pa
         points = sweep_points(con, "r1")
     finally:
         con.close()
+    from specwatch.store import queries
+
+    con = connect(db)
+    try:
+        curve = queries.run_named(con, "sweep-curve", {})
+    finally:
+        con.close()
+    assert curve[["depth", "runs", "loop_runs"]].values.tolist() == [[1024, 3, 0], [2048, 3, 3]]
+    assert curve.mean_acceptance_length.tolist()[0] == pytest.approx(2.2) and pd.isna(curve.mean_acceptance_length[1])
     looped = next(p for p in points if p.depth == 2048)
     assert looped.mean_acceptance_length is None and looped.looped_acceptance_length == pytest.approx(3.5)
     result.experiment = {**_experiment_doc(), "sampling": {"temperature": 0.0}}
