@@ -498,11 +498,11 @@ class SweepSpec(_Strict):
     def _increasing(cls, depths: list[int] | None) -> list[int] | None:
         if depths is not None:
             if not depths:
-                raise ValueError("sweep.depths is empty; fix: list at least one depth, or leave it out for the "
+                raise ValueError("[] holds no depth; fix: list at least one depth, or leave depths out for the "
                                  "default powers of two")
             bad = next((i for i in range(1, len(depths)) if depths[i] <= depths[i - 1]), None)
             if bad is not None:
-                raise ValueError(f"sweep.depths {depths} is not increasing ({depths[bad]} after {depths[bad - 1]}); "
+                raise ValueError(f"{depths} is not increasing ({depths[bad]} after {depths[bad - 1]}); "
                                  "fix: list each depth once, smallest first, e.g. [1024, 2048, 4096]")
         return depths
 
@@ -510,7 +510,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _ratio(cls, value: float) -> float:
         if not 0 < value <= 1:
-            raise ValueError(f"sweep.loop_threshold {value!r} is outside (0, 1]; fix: a repetition ratio above 0 "
+            raise ValueError(f"{value!r} is outside (0, 1]; fix: a repetition ratio above 0 "
                              "and at most 1, e.g. 0.5")
         return value
 
@@ -518,7 +518,7 @@ class SweepSpec(_Strict):
     @classmethod
     def _drop(cls, value: float) -> float:
         if not 0 < value < 1:
-            raise ValueError(f"sweep.cliff_drop {value!r} is outside (0, 1); fix: a share of decode tok/s, e.g. 0.3")
+            raise ValueError(f"{value!r} is outside (0, 1); fix: a share of decode tok/s, e.g. 0.3")
         return value
 
     def depths_for(self, max_model_len: int, max_tokens: int) -> list[int]:

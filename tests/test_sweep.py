@@ -93,10 +93,10 @@ workload: {max_tokens: 64}
 
 @pytest.mark.parametrize(("sweep", "expected"), [
     ("{depths: [1024, 8192]}", "depth 8192 + max_tokens 64 = 8256 is beyond max_model_len 4096"),
-    ("{depths: [2048, 1024]}", "is not increasing (1024 after 2048)"),
-    ("{depths: [1024, 1024]}", "is not increasing (1024 after 1024)"),
-    ("{loop_threshold: 0}", "sweep.loop_threshold 0.0 is outside (0, 1]"),
-    ("{loop_threshold: 1.5}", "sweep.loop_threshold 1.5 is outside (0, 1]"),
+    ("{depths: [2048, 1024]}", "sweep.depths: [2048, 1024] is not increasing (1024 after 2048)"),
+    ("{depths: [1024, 1024]}", "sweep.depths: [1024, 1024] is not increasing (1024 after 1024)"),
+    ("{loop_threshold: 0}", "sweep.loop_threshold: 0.0 is outside (0, 1]"),
+    ("{loop_threshold: 1.5}", "sweep.loop_threshold: 1.5 is outside (0, 1]"),
 ])
 def test_bad_sweep_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, sweep: str, expected: str) -> None:
     path = tmp_path / "s.yaml"
