@@ -86,6 +86,12 @@ def validate(
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each)")
+    if spec.sweep is not None:  # `specwatch sweep` measures depths instead of the cells above
+        sw, limit = spec.sweep, spec.context_limit
+        depths = sw.depths_for(limit[0], spec.workload.max_tokens) if limit else sw.depths
+        shown = depths or f"powers of two from {sw.min_depth} up to the server's max_model_len"
+        out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
+                  highlight=False)
     if launches:
         for r in rank_launches(spec):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
@@ -118,6 +124,36 @@ def run(
     for reason in outcome.reasons:
         out.print(f"  {reason}", highlight=False, markup=False)
     out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
+    if json_path:
+        json_path.write_text(outcome.model_dump_json(indent=1))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command("sweep")
+def sweep_command(
+    file: Annotated[Path, typer.Argument(help="experiment YAML (its sweep: section; defaults without one)")],
+    db: DbOption = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write a machine-readable run summary")] = None,
+) -> None:
+    """Sweep context depth per arm: single-stream decode, TTFT and acceptance at each depth; store, check, plot."""
+    spec = _load(file)
+    from flows.sweep import sweep  # imports prefect: only after its environment is set
+
+    try:
+        outcome = sweep(spec, experiment_file=str(file.resolve()), db=str(db) if db else None)
+    except KeyboardInterrupt:
+        raise _fail("interrupted; servers stopped, partial results kept in the run dir", 130) from None
+    except Exception as exc:  # the flow records what it measured before anything can get here
+        if os.environ.get("SPECWATCH_DEBUG"):
+            raise
+        raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
+    if outcome.error:
+        raise _fail(outcome.error, outcome.exit_code)
+    report = outcome.run_dir / "sweep.md"
+    out.print(f"sweep {outcome.run_id}: {outcome.headline}", highlight=False)
+    for reason in outcome.reasons:
+        out.print(f"  {reason}", highlight=False, markup=False)
+    out.print(f"report: {report}\ndatabase: {outcome.db_path}")
     if json_path:
         json_path.write_text(outcome.model_dump_json(indent=1))
     raise typer.Exit(outcome.exit_code)

@@ -31,7 +31,7 @@ from specwatch.host import host_facts
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.report.rows import VerdictRow, headline, verdict_rows
 from specwatch.runid import new_run_id
-from specwatch.spec import ArmSpec, ExperimentSpec
+from specwatch.spec import ArmSpec, ExperimentSpec, SweepSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.rundir import write_raw
 from tasks.arms import launch_arm
@@ -53,7 +53,7 @@ class RunOutcome(BaseModel):
     error: str | None = None
 
 
-def _stop_servers(flow: Any, flow_run: Any, state: Any) -> None:
+def stop_servers(flow: Any, flow_run: Any, state: Any) -> None:
     processes.stop_all()
 
 
@@ -92,10 +92,12 @@ class _Blocks:
     """Runs one launch of one arm and records it; a k-ladder's outcome sticks for later blocks."""
 
     def __init__(self, spec: ExperimentSpec, result: RunResult, run_dir: Path, refs: dict[str, ImageRef],
-                 image_errors: dict[str, str], model_dir: Path, facts: CheckpointFacts | None) -> None:
+                 image_errors: dict[str, str], model_dir: Path, facts: CheckpointFacts | None,
+                 sweep: SweepSpec | None = None) -> None:
         self.spec, self.result, self.run_dir = spec, result, run_dir
         self.refs, self.image_errors = refs, image_errors
         self.model_dir, self.facts = model_dir, facts
+        self.sweep = sweep
         self.resolved: dict[str, ArmSpec] = {}
 
     def run(self, name: str, block: int) -> None:
@@ -116,7 +118,7 @@ class _Blocks:
                             netns=host.netns if host else None, max_concurrency=self.spec.workload.max_streams)
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
-                             namespace=f"{self.result.run_id}:{name}:b{block}", block=block)
+                             namespace=f"{self.result.run_id}:{name}:b{block}", block=block, sweep=self.sweep)
         if outcome.status == "ok" and outcome.k != arm.k:
             self.resolved[name] = arm.with_k(outcome.k)
         rejected = sum(c.rejected for c in outcome.cells)
@@ -126,14 +128,17 @@ class _Blocks:
         write_raw(self.result, self.run_dir)  # each finished launch is on disk before the next one starts
 
 
-def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
-    """Images, checkpoint, then every launch in the counterbalanced order (and adaptive rounds)."""
+def measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, sweep: SweepSpec | None = None) -> None:
+    """Images, checkpoint, then every launch in the counterbalanced order (and adaptive rounds).
+
+    `sweep`: each launch measures the context-length sweep instead of the workload's cells (flows/sweep.py).
+    """
     logger = get_run_logger()
     refs, image_errors = _images(spec, run_dir)
     facts = _checkpoint(spec, refs)
     result.checkpoint = facts
     model_dir = facts.path if facts else Path(spec.served_name)
-    blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts)
+    blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts, sweep)
     names = [a.name for a in spec.arms]
     for arm_name, block in block_order(names, spec.design.blocks):
         blocks.run(arm_name, block)
@@ -151,7 +156,25 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
                 blocks.run(arm_name, block)
 
 
-def _cluster_lock(cluster: str) -> AbstractContextManager[object]:
+def new_result(spec: ExperimentSpec, run_id: str, experiment_file: str | None) -> RunResult:
+    """A run's record before anything ran: the spec as run and where it came from."""
+    source = Path(experiment_file) if experiment_file else None
+    return RunResult(
+        run_id=run_id,
+        flow_run_id=flow_run.id,
+        experiment_name=spec.name,
+        experiment=spec.model_dump(mode="json"),
+        provenance=Provenance(
+            specwatch_version=specwatch.__version__,
+            host=host_facts(),
+            experiment_file=str(source) if source else None,
+            experiment_sha256=hashlib.sha256(source.read_bytes()).hexdigest() if source and source.exists() else None,
+        ),
+        started_at=datetime.now(UTC),
+    )
+
+
+def cluster_lock(cluster: str) -> AbstractContextManager[object]:
     """One run per serving cluster at a time, across runs, via a Prefect global concurrency limit.
 
     Only against a real Prefect API (`specwatch serve` creates `cluster-<name>`); an ephemeral
@@ -162,7 +185,7 @@ def _cluster_lock(cluster: str) -> AbstractContextManager[object]:
     return concurrency(f"cluster-{cluster}", occupy=1)
 
 
-@flow(name="specwatch-ab", on_cancellation=[_stop_servers], on_crashed=[_stop_servers], log_prints=True)
+@flow(name="specwatch-ab", on_cancellation=[stop_servers], on_crashed=[stop_servers], log_prints=True)
 def ab(
     experiment: ExperimentSpec, db: str | None = None, experiment_file: str | None = None, cluster: str = "local"
 ) -> RunOutcome:
@@ -176,23 +199,10 @@ def ab(
     db_path = Path(db).expanduser() if db else paths.default_db()
     logger.info("run %s: %d arm(s), results in %s", run_id, len(spec.arms), run_dir)
 
-    source = Path(experiment_file) if experiment_file else None
-    result = RunResult(
-        run_id=run_id,
-        flow_run_id=flow_run.id,
-        experiment_name=spec.name,
-        experiment=spec.model_dump(mode="json"),
-        provenance=Provenance(
-            specwatch_version=specwatch.__version__,
-            host=host_facts(),
-            experiment_file=str(source) if source else None,
-            experiment_sha256=hashlib.sha256(source.read_bytes()).hexdigest() if source and source.exists() else None,
-        ),
-        started_at=datetime.now(UTC),
-    )
+    result = new_result(spec, run_id, experiment_file)
     try:
-        with _cluster_lock(cluster), orphans.run_lock(run_id):
-            _measure(spec, result, run_dir)
+        with cluster_lock(cluster), orphans.run_lock(run_id):
+            measure(spec, result, run_dir)
     except CheckpointError as exc:
         result.ended_at = datetime.now(UTC)
         write_raw(result, run_dir)

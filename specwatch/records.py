@@ -243,6 +243,13 @@ class RequestSample(_Record):
     spec_accepted_tokens: int | None = None
     spec_draft_tokens: int | None = None
     spec_acceptance_histogram: list[int] | None = None  # verify steps by accepted draft tokens j = 0..k
+    # Sweep runs only (flows/sweep.py): one stream at a time, so a /metrics window around each request
+    # is that request's own acceptance; the prompt's own repetition; the loop detector's verdict.
+    window_drafts: float | None = None
+    window_accepted_tokens: float | None = None
+    window_accepted_per_position: list[float] | None = None
+    prompt_repetition_ratio: float | None = None
+    loop_detected: bool | None = None
 
     @property
     def coalesced(self) -> bool:
@@ -345,6 +352,15 @@ class CellResult(_Record):
     # the window's prefix-cache hit rate is then reported, not gated.
     prefix_cache_gate: bool = True
     client: ClientCheck | None = None
+    depth: int | None = None  # a sweep point's context depth (flows/sweep.py); None for A/B cells
+    skip_reason: str | None = None  # a sweep depth that was not run (it does not fit the server), and why
+
+    @computed_field
+    @property
+    def loop_detected(self) -> bool | None:
+        """Any of the cell's runs fell into a repetition loop; None where no run was judged (A/B cells)."""
+        judged = [r.loop_detected for r in self.requests if r.loop_detected is not None]
+        return any(judged) if judged else None
 
     @property
     def key(self) -> CellKey:

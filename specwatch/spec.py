@@ -580,6 +580,61 @@ class VerdictSpec(_Strict):
         return names
 
 
+class SweepSpec(_Strict):
+    """A context-length sweep (`specwatch sweep FILE`): per arm and depth, one warm-up and `runs` timed
+    single-stream requests with a prompt calibrated to exactly that depth."""
+
+    depths: list[PositiveInt] | None = Field(
+        default=None, description="context depths in tokens, increasing; default: powers of two from min_depth "
+                                  "up to the server's max_model_len (depth + workload.max_tokens must fit)")
+    min_depth: PositiveInt = Field(default=1024, description="the first default depth")
+    runs: PositiveInt = Field(default=3, description="timed single-stream runs per depth, after one warm-up")
+    prompt_class: PromptClass = Field(default="generated", description="where prompts come from; the default is a "
+                                      "seeded generator that never repeats itself (class texts wrap around)")
+    loop_threshold: float = Field(default=0.5, description="a run loops when its repetition ratio is above this "
+                                  "(or a phrase of 4+ words repeats 3+ times)")
+    cliff_drop: float = Field(default=0.3, description="a decode drop between neighbouring depths larger than "
+                              "this share, beyond its interval, is a cliff")
+
+    @field_validator("depths")
+    @classmethod
+    def _increasing(cls, depths: list[int] | None) -> list[int] | None:
+        if depths is not None:
+            if not depths:
+                raise ValueError("[] holds no depth; fix: list at least one depth, or leave depths out for the "
+                                 "default powers of two")
+            bad = next((i for i in range(1, len(depths)) if depths[i] <= depths[i - 1]), None)
+            if bad is not None:
+                raise ValueError(f"{depths} is not increasing ({depths[bad]} after {depths[bad - 1]}); "
+                                 "fix: list each depth once, smallest first, e.g. [1024, 2048, 4096]")
+        return depths
+
+    @field_validator("loop_threshold")
+    @classmethod
+    def _ratio(cls, value: float) -> float:
+        if not 0 < value <= 1:
+            raise ValueError(f"{value!r} is outside (0, 1]; fix: a repetition ratio above 0 "
+                             "and at most 1, e.g. 0.5")
+        return value
+
+    @field_validator("cliff_drop")
+    @classmethod
+    def _drop(cls, value: float) -> float:
+        if not 0 < value < 1:
+            raise ValueError(f"{value!r} is outside (0, 1); fix: a share of decode tok/s, e.g. 0.3")
+        return value
+
+    def depths_for(self, max_model_len: int, max_tokens: int) -> list[int]:
+        """The depths to run on a server of `max_model_len`: the list given, else powers of two that fit."""
+        if self.depths is not None:
+            return list(self.depths)
+        out, depth = [], self.min_depth
+        while depth + max_tokens <= max_model_len:
+            out.append(depth)
+            depth *= 2
+        return out
+
+
 class ExperimentSpec(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str = ""
@@ -593,6 +648,7 @@ class ExperimentSpec(_Strict):
     thresholds: Thresholds = Thresholds()
     design: DesignSpec = DesignSpec()
     verdict: VerdictSpec = VerdictSpec()
+    sweep: SweepSpec | None = Field(default=None, description="a context-length sweep (specwatch sweep)")
 
     @field_validator("images")
     @classmethod
@@ -636,7 +692,29 @@ class ExperimentSpec(_Strict):
             raise ValueError(f"baseline {self.baseline!r} is not an arm; arms are {[a.name for a in self.arms]}")
         if not self.design.allow_confounded:
             self._single_variable()
+        self._depths_fit()
         return self
+
+    @property
+    def context_limit(self) -> tuple[int, str] | None:
+        """The context the server will have, where the file already says it: (tokens, which field)."""
+        if self.model.max_model_len is not None:
+            return self.model.max_model_len, "model.max_model_len"
+        if self.model.generate is not None:
+            return self.model.generate.max_position_embeddings, "model.generate.max_position_embeddings"
+        return None  # a checkpoint's own maximum: known after boot, where a depth that does not fit is skipped
+
+    def _depths_fit(self) -> None:
+        limit = self.context_limit
+        if self.sweep is None or self.sweep.depths is None or limit is None:
+            return
+        tokens, source = limit
+        out = self.workload.max_tokens
+        over = [d for d in self.sweep.depths if d + out > tokens]
+        if over:
+            raise ValueError(f"sweep.depths: depth {over[0]} + max_tokens {out} = {over[0] + out} is beyond "
+                             f"max_model_len {tokens} ({source}); fix: drop depths above {tokens - out} "
+                             f"or raise {source}")
 
     def confounds(self) -> dict[str, list[str]]:
         """Per arm, what it changes relative to the baseline (control arms: besides speculation)."""

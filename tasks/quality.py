@@ -37,3 +37,12 @@ def check_history(db_path: Path, run_id: str, thresholds: Thresholds, policy: st
     for note in notes:
         logger.info("history: %s", note)
     return records
+
+
+@task(name="check_sweep")
+def check_sweep(db_path: Path, run_id: str, thresholds: Thresholds, cliff_drop: float) -> list[QualityRecord]:
+    con = connect(db_path)
+    try:
+        return checks.sweep_records(con, run_id, thresholds, cliff_drop)
+    finally:
+        con.close()

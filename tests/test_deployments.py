@@ -74,6 +74,9 @@ def test_deployments_are_applied_with_the_nightly_schedule(stack: Stack) -> None
     nightly = call(httpx.get, f"{stack.api_url}/deployments/name/specwatch-regression/nightly-regression").json()
     assert [s["schedule"]["cron"] for s in nightly["schedules"]] == ["0 2 * * *"]
     assert nightly["parameters"]["baseline"] == {"policy": "auto"}
+    weekly = call(httpx.get, f"{stack.api_url}/deployments/name/specwatch-sweep/weekly-sweep").json()
+    assert [s["schedule"]["cron"] for s in weekly["schedules"]] == ["0 4 * * 0"]
+    assert load_spec(Path(__file__).resolve().parents[1] / weekly["parameters"]["experiment_file"]).sweep is not None
     # the on-demand form opens filled with the demo experiment, every field valid as it stands
     on_demand = call(httpx.get, f"{stack.api_url}/deployments/name/specwatch-ab/ab-on-demand").json()
     demo = load_spec(Path(__file__).resolve().parents[1] / "examples" / "cpu-ngram.yaml")

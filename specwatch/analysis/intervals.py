@@ -23,6 +23,15 @@ BOOTSTRAP_MIN_PAIRS = 3
 _BOOT_ELEMENTS = 20_000_000
 
 
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t-interval (0 with one value)."""
+    m = float(np.mean(values))
+    if len(values) < 2:
+        return m, 0.0
+    sd = float(np.std(values, ddof=1))
+    return m, float(stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
+
+
 @dataclass(frozen=True)
 class DiffCI:
     """Relative difference candidate vs baseline, e.g. estimate 0.08 means 8 % higher.

@@ -124,6 +124,14 @@ class Client:
             raise BenchError(self.protocol.refused(self.target.model, f"/tokenize: HTTP {exc.response.status_code} "
                                                    f"{_error_message(exc.response)}")) from None
 
+    async def max_model_len(self) -> int | None:
+        """The served model's context length as the server reports it (vLLM's /v1/models card)."""
+        resp = await self.http.get("/v1/models")
+        resp.raise_for_status()
+        card: dict[str, Any] = next((m for m in resp.json().get("data", []) if m.get("id") == self.target.model), {})
+        value = card.get("max_model_len")
+        return int(value) if value is not None else None
+
     async def stream(self, index: int, prompt: Prompt, max_tokens: int,
                      request_id: str | None = None) -> tuple[RequestSample, Output]:
         """One streamed request, sent with `x-request-id: request_id`; returns its sample and output.

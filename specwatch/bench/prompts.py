@@ -191,6 +191,87 @@ class MultiTurn:
         return Prompt(messages, tokens, tag if req.fronted else None)
 
 
+@cache
+def _words() -> tuple[str, ...]:
+    """Every distinct word of the shipped class texts, sorted: the generator's vocabulary."""
+    found: set[str] = set()
+    for path in resources.files("specwatch").joinpath("data/prompts").iterdir():
+        found.update(w for w in path.read_text().lower().split() if w.isascii() and w.isalpha())
+    return tuple(sorted(found))
+
+
+def generated_text(seed: int, index: int, min_chars: int) -> str:
+    """Seeded sentences of words drawn from the class texts' vocabulary, at least `min_chars` long.
+
+    A class text is 6.6-8.1 KB and wraps around, so a deep prompt built from one would be that text
+    many times over, which inflates ngram acceptance; drawn words do not repeat a 3-word run by
+    design (a few thousand words: ~1e10 triples). The stream is the same for a seed and index, so a
+    longer text starts with the shorter one (calibration only cuts it).
+    """
+    words, rng, parts, size = _words(), random.Random(f"{seed}:generated:{index}"), [], 0
+    while size < min_chars:
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(6, 18)))
+        part = sentence[0].upper() + sentence[1:] + (".\n" if rng.random() < 0.2 else ". ")
+        parts.append(part)
+        size += len(part)
+    return "".join(parts)
+
+
+async def calibrated_iterative(build: Callable[[int], Conversation], size: int, target: int,
+                               count: Count) -> tuple[Conversation, int]:
+    """Longest `build(n)`, n in 0..size, whose token count is <= target, in few /tokenize calls.
+
+    Deep prompts make each /tokenize call cost the server a full tokenization, and plain bisection
+    over characters takes ~20 of them at 32K tokens. Here the next length comes from the measured
+    characters per token (a secant step inside the bracket), and every other step halves the
+    bracket, so it converges in 7-10 calls (measured, 1K-32K), and at worst in twice bisection's number
+    it took. Like `calibrated`, the result lands within one token of the target.
+    """
+    lo, lo_tokens = 0, await count(build(0))
+    if lo_tokens > target:
+        return build(0), lo_tokens
+    hi, hi_tokens = size + 1, None  # hi: shortest length known to exceed the target (size + 1: none yet)
+    secant = True
+    while hi - lo > 1 and lo_tokens < target:
+        if secant:
+            chars_per_token = (lo / (lo_tokens - 0.5)) if lo and lo_tokens > 1 else 4.0
+            if hi_tokens is not None:
+                chars_per_token = (hi - lo) / max(hi_tokens - lo_tokens, 1)
+            n = lo + int((target - lo_tokens) * chars_per_token)
+        else:
+            n = (lo + hi) // 2
+        n = min(max(n, lo + 1), hi - 1)
+        tokens = await count(build(n))
+        if tokens <= target:
+            lo, lo_tokens = n, tokens
+        else:
+            hi, hi_tokens = n, tokens
+        secant = not secant
+    return build(lo), lo_tokens
+
+
+@dataclass(frozen=True)
+class Generated:
+    """The nonce, then seeded non-repeating sentences (`generated_text`), calibrated iteratively."""
+
+    name: str
+    reuses_prefixes = False
+    sized = True
+
+    async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
+        tag = nonce(req.namespace, self.name, req.index)
+        head = front(tag) if req.fronted else ""
+        size = req.target_tokens * 8  # the demo tokenizer takes ~3-4 chars a token, BPE on English ~4-5
+        while True:
+            content = generated_text(req.seed, req.index, size)
+            if await count(user(head + content)) > req.target_tokens:
+                break
+            size *= 2
+        messages, tokens = await calibrated_iterative(lambda n: user(head + content[:n]), len(content),
+                                                      req.target_tokens, count)
+        return Prompt(messages, tokens, tag if req.fronted else None)
+
+
 SOURCES: dict[str, PromptSource] = {}
 
 
@@ -202,6 +283,7 @@ def register(source: PromptSource) -> PromptSource:
 for _name in ("code", "json", "prose", "translation", "summarization", "qa", "math", "rag"):
     register(SingleTurn(_name))
 register(MultiTurn("multiturn"))
+register(Generated("generated"))
 
 
 def repetition_ratio(token_ids: list[int]) -> float | None:

@@ -127,23 +127,25 @@ class InProcess:
         return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates, self.on_cell))
 
 
-def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+def _measure_in_child(runner: CellRunner, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                       gates: Gates) -> list[CellResult]:
     # A spawned process starts with default logging: keep per-cell progress visible on stderr.
     logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
     logging.getLogger("specwatch").setLevel(logging.INFO)
-    return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates))
+    return runner.measure(target, workload, sampling, gates)
 
 
 @dataclass(frozen=True)
 class Isolated:
-    """The cells in a fresh process of their own.
+    """`inner`'s measurement (default: the workload's cells) in a fresh process of its own.
 
     Chunk arrival times are taken on the client's event loop; inside a flow process,
     Prefect's log and event threads hold the GIL often enough to stall that loop, so
     chunks pile up and are stamped together (bursts seen in whole-flow runs, not in a
     bare client against the same server).
     """
+
+    inner: CellRunner = InProcess()
 
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
@@ -152,4 +154,4 @@ class Isolated:
 
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            return pool.submit(_measure_in_child, target, workload, sampling, gates).result()
+            return pool.submit(_measure_in_child, self.inner, target, workload, sampling, gates).result()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pandas as pd
 
+from specwatch.analysis.sweep import points_from, steps
 from specwatch.records import CellKey, QualityRecord
 from specwatch.spec import Thresholds
 from specwatch.store.db import load_sql, query_df
@@ -365,3 +366,40 @@ def history_records(
         return [], notes
     failed = _validate(_gx_context(), "history", frame, _regression_expectations(), expectation_parameters(thresholds))
     return regression_records(frame, failed.get(_DELTA, set()), thresholds), notes
+
+
+# ---------------------------------------------------------------------------- sweeps
+
+
+def sweep_records(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Thresholds,
+                  cliff_drop: float) -> list[QualityRecord]:
+    """Between neighbouring depths of each arm: decode must not rise beyond the intervals by more than
+    the noise band (`sweep.decode_falls`, invalid: deeper context cannot be faster), and must not drop
+    by more than `cliff_drop` beyond them (`sweep.cliff`, a regression)."""
+    import great_expectations.expectations as gxe
+
+    pairs = steps(points_from(query_df(con, load_sql("checks/sweep_points.sql"), {"run_id": run_id})))
+    if not pairs:
+        log.info("run %s: fewer than two measured depths per arm; sweep checks skipped", run_id)
+        return []
+    frame = pd.DataFrame([{_ROW_ID: i, "min_rise": p.min_rise, "min_drop": p.min_drop} for i, p in enumerate(pairs)])
+    failed = _validate(_gx_context(), "sweep", frame, [
+        gxe.ExpectColumnValuesToBeBetween(column="min_rise", max_value={"$PARAMETER": "rise_ceiling"}),
+        gxe.ExpectColumnValuesToBeBetween(column="min_drop", max_value={"$PARAMETER": "cliff_drop"}),
+    ], {"rise_ceiling": thresholds.noise_band, "cliff_drop": cliff_drop})
+    out = []
+    for i, p in enumerate(pairs):
+        s, d = p.shallow, p.deep
+        between = (f"depth {s.depth} -> {d.depth}: decode {s.decode_tok_s:.1f}±{s.decode_ci:.1f} -> "
+                   f"{d.decode_tok_s:.1f}±{d.decode_ci:.1f} tok/s ({-p.drop:+.1%})")
+        for check, metric, value, limit, severity, text in (
+            ("sweep.decode_falls", "min_rise", p.min_rise, thresholds.noise_band, "invalid",
+             f"rises {p.min_rise:.1%} beyond the intervals, more than the noise band {thresholds.noise_band:.0%}"),
+            ("sweep.cliff", "min_drop", p.min_drop, cliff_drop, "regression",
+             f"CLIFF: drops {p.min_drop:.1%} beyond the intervals, more than cliff_drop {cliff_drop:.0%}"),
+        ):
+            passed = i not in failed.get(metric, set())
+            out.append(QualityRecord(arm=p.arm, block=None, cell=d.cell, concurrency=1, prompt_class=None,
+                                     check=check, metric=metric, value=value, threshold=limit, passed=passed,
+                                     severity=severity, detail=between + ("" if passed else f"; {text}")))
+    return out

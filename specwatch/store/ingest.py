@@ -167,10 +167,10 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
     requests: dict[tuple[Any, ...], list[RequestSample]] = {}
     for r in _rows(con, "requests", run_id):
         hist = r["itl_hist"] and json.loads(r["itl_hist"])
-        histogram = r["spec_acceptance_histogram"]
+        lists = {name: None if r[name] is None else list(r[name])
+                 for name in ("spec_acceptance_histogram", "window_accepted_per_position")}
         requests.setdefault(tuple(r[k] for k in cell_key), []).append(RequestSample.model_validate({
-            **_own(RequestSample, r, index="idx"), "itl_hist": hist,
-            "spec_acceptance_histogram": None if histogram is None else list(histogram)}))
+            **_own(RequestSample, r, index="idx"), "itl_hist": hist, **lists}))
     positions: dict[tuple[Any, ...], dict[int, float]] = {}
     for p in _rows(con, "spec_positions", run_id):
         positions.setdefault(tuple(p[k] for k in cell_key), {})[p["position"]] = p["accepted"]

@@ -1,0 +1,93 @@
+"""The context-length sweep: per arm, in restart blocks as the A/B runs them, each depth's warm-up and
+timed single-stream runs -> ingest -> sanity, sweep and history checks -> sweep report.
+
+It reuses the A/B flow's stages (images, checkpoint, launches in counterbalanced block order); only
+what a launch measures differs (specwatch/bench/sweep.py). Depth-agnostic: the depths come from the
+file, or from the server's max_model_len.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+from flows.ab import RunOutcome, cluster_lock, measure, new_result, stop_servers
+from specwatch import paths
+from specwatch.engine import orphans, processes
+from specwatch.engine.checkpoint import CheckpointError
+from specwatch.records import RunResult
+from specwatch.runid import new_run_id
+from specwatch.spec import ExperimentSpec, SpecError, SweepSpec, load_spec
+from specwatch.store.db import DatabaseError
+from specwatch.store.rundir import write_raw
+from tasks.quality import check_history, check_quality, check_sweep
+from tasks.report import write_sweep_report
+from tasks.store import ingest_run
+
+
+def _headline(result: RunResult) -> str:
+    cells = [c for a in result.arms for c in a.cells]
+    measured = [c for c in cells if c.skip_reason is None and not c.rejected]
+    cliffs = [q for q in result.quality if q.check == "sweep.cliff" and not q.passed]
+    looped = [c for c in measured if c.loop_detected]
+    return (f"{len(measured)} point(s) measured, {len(cells) - len(measured)} skipped or rejected, "
+            f"{len(looped)} with a loop, {len(cliffs)} cliff(s)")
+
+
+@flow(name="specwatch-sweep", on_cancellation=[stop_servers], on_crashed=[stop_servers], log_prints=True)
+def sweep(
+    experiment: ExperimentSpec | None = None, experiment_file: str | None = None, db: str | None = None,
+    cluster: str = "local",
+) -> RunOutcome:
+    """Sweep context depth per arm (the file's `sweep:` section, else its defaults); store, check, report.
+
+    `experiment` or `experiment_file` (a scheduled deployment passes the file)."""
+    logger = get_run_logger()
+    processes.install_signal_handlers()
+    run_id = new_run_id()
+    run_dir = paths.runs_dir() / run_id
+    db_path = Path(db).expanduser() if db else paths.default_db()
+    if experiment is None:
+        try:
+            experiment = load_spec(Path(experiment_file or ""))
+        except SpecError as exc:
+            return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="could not run",
+                              error=f"{exc.source}: {'; '.join(exc.problems)}")
+    spec = experiment
+    plan = spec.sweep or SweepSpec()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    logger.info("sweep %s: %d arm(s), depths %s, results in %s", run_id, len(spec.arms),
+                plan.depths or "powers of two up to max_model_len", run_dir)
+    result = new_result(spec, run_id, experiment_file)
+    try:
+        with cluster_lock(cluster), orphans.run_lock(run_id):
+            measure(spec, result, run_dir, plan)
+    except CheckpointError as exc:
+        result.ended_at = datetime.now(UTC)
+        write_raw(result, run_dir)
+        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
+                          headline="could not run", error=f"checkpoint: {exc}")
+    except BaseException:
+        result.ended_at = datetime.now(UTC)  # Ctrl-C / cancellation: keep what was measured
+        write_raw(result, run_dir)
+        raise
+    result.ended_at = datetime.now(UTC)
+    try:
+        ingest_run(result, run_dir, db_path)
+        # restart blocks give sweep points their intervals; the A/B's single-boot band check does not apply
+        result.quality = check_quality(db_path, run_id, spec.baseline, spec.thresholds, regression_checks=False)
+        result.quality += check_sweep(db_path, run_id, spec.thresholds, plan.cliff_drop)
+        result.quality += check_history(db_path, run_id, spec.thresholds, "auto", None)
+        ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
+    except DatabaseError as exc:
+        write_raw(result, run_dir)
+        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",
+                          error=f"{exc}; results kept in {run_dir}, load them with `specwatch ingest {run_dir}`")
+    report = write_sweep_report(result, run_dir, db_path)
+    headline = _headline(result)
+    logger.info("sweep %s: %s; report %s", run_id, headline, report)
+    return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
+                      headline=headline, reasons=[f"{q.arm} {q.cell}: {q.detail}" for q in result.quality
+                                                  if not q.passed])

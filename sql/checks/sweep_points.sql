@@ -1,0 +1,45 @@
+-- The points of one sweep run: one row per (arm, depth), the runs of all its blocks together.
+-- Decode tok/s per run and per block (the block's median run) for intervals; rejected cells add
+-- no figures. Acceptance is averaged over the runs that did not loop (a loop inflates it); the
+-- looping runs' own figure is kept beside it. A skipped depth is a row with its reason only.
+WITH runs AS (
+    SELECT c.arm, c.block, c.depth, c.cell, c.skip_reason, c.rejected,
+           r.decode_tok_s, r.ttft_s, r.prompt_tokens, r.repetition_ratio, r.prompt_repetition_ratio,
+           r.loop_detected,
+           1 + r.window_accepted_tokens / nullif(r.window_drafts, 0) AS acceptance_length
+    FROM cells c
+    LEFT JOIN requests r
+        ON r.run_id = c.run_id AND r.arm = c.arm AND r.block = c.block AND r.cell = c.cell
+       AND r.status = 'ok' AND NOT c.rejected
+    WHERE c.run_id = $run_id AND c.depth IS NOT NULL
+),
+per_block AS (
+    SELECT arm, depth, block, median(decode_tok_s) AS decode_tok_s
+    FROM runs
+    WHERE decode_tok_s IS NOT NULL
+    GROUP BY ALL
+),
+block_lists AS (
+    SELECT arm, depth, list(decode_tok_s ORDER BY block) AS block_decodes
+    FROM per_block
+    GROUP BY ALL
+)
+SELECT
+    r.arm,
+    r.depth,
+    any_value(r.cell)                                                            AS cell,
+    count(r.decode_tok_s)                                                        AS runs,
+    coalesce(b.block_decodes, [])                                                AS block_decodes,
+    coalesce(list(r.decode_tok_s) FILTER (WHERE r.decode_tok_s IS NOT NULL), []) AS run_decodes,
+    median(r.ttft_s)                                                             AS ttft_s,
+    median(r.prompt_tokens / nullif(r.ttft_s, 0))                                AS prefill_tok_s,
+    avg(r.acceptance_length) FILTER (WHERE NOT r.loop_detected)                  AS mean_acceptance_length,
+    avg(r.acceptance_length) FILTER (WHERE r.loop_detected)                      AS looped_acceptance_length,
+    count(*) FILTER (WHERE r.loop_detected)                                      AS loop_runs,
+    median(r.repetition_ratio)                                                   AS repetition_ratio,
+    median(r.prompt_repetition_ratio)                                            AS prompt_repetition_ratio,
+    string_agg(DISTINCT r.skip_reason, '; ')                                     AS skip_reason
+FROM runs r
+LEFT JOIN block_lists b USING (arm, depth)
+GROUP BY r.arm, r.depth, b.block_decodes
+ORDER BY r.arm, r.depth;

