@@ -61,9 +61,10 @@ def parse() -> argparse.Namespace:
     ap.add_argument("--capacity", default="",
                     help="after the side-by-side runs, specwatch alone at these concurrencies on the same server "
                          "(e.g. 256,512,1024): client worker count and self-check figures per level")
-    ap.add_argument("--agree", type=float, default=0.01,
+    ap.add_argument("--agree", type=float, default=0.005,
                     help="the largest relative difference of the two tools' draft and accepted counts at which "
-                         "their prompts count as the same; above it the comparison is void")
+                         "their prompts count as the same, or the peer's own run-to-run difference if larger; "
+                         "above it the comparison is void")
     ap.add_argument("--boot-timeout-s", type=float, default=300)
     ap.add_argument("--quiet-wait-s", type=float, default=900)
     ap.add_argument("--keep-dir", type=Path, default=None, help="keep logs, prompts and JSON here")
@@ -396,10 +397,14 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
             v_i = [d["per"][i] for d in vb if i in d["per"]]
             if s_i and v_i and same:
                 per_ratio.append(statistics.mean(s_i) / statistics.mean(v_i))
-        # Identical prompts give the same draft and accepted counts (greedy); counts that differ mean the
-        # tools did not send the same requests, and the figures beside them compare nothing.
+        # Identical prompts give the same draft and accepted counts (greedy) up to the server's own
+        # nondeterminism: batched GPU kernels are not batch-invariant, so at c > 1 two runs of the
+        # peer itself differ by ~1% (H200, benchmarks/README.md section 6). Counts that differ by
+        # more than that mean the tools did not send the same requests: the comparison is void.
         agree = [C.rel(mean(sw, k), mean(vb, k)) for k in ("drafts", "acc")]
-        same_requests = all(x is not None and abs(x) <= a.agree for x in agree)
+        own = max((max(v) / min(v) - 1 for k in ("drafts", "acc")
+                   if len(v := [d[k] for d in vb if d[k]]) > 1), default=0.0)
+        same_requests = all(x is not None and abs(x) <= max(a.agree, own) for x in agree)
         srows.append([c, C.num(agree[0], "+.2%") + " / " + C.num(agree[1], "+.2%"),
                       "yes" if same_requests else "VOID",
                       C.num(mean(sw, "out"), ".2f"), C.num(mean(vb, "out"), ".2f"),

@@ -272,6 +272,8 @@ def bench(
     requests: Annotated[int, typer.Option(help="requests per cell (the prompt pool in --duration mode)")] = 16,
     duration: Annotated[str | None, typer.Option(help="closed loop per cell, e.g. 30s; replaces --requests")] = None,
     warmup: Annotated[int, typer.Option(help="discarded warm-up requests")] = 2,
+    warmup_wave: Annotated[bool, typer.Option(help="a discarded wave at each closed cell's concurrency before its "
+                                              "window (kernels a GPU compiles per batch shape)")] = True,
     seed: Annotated[int, typer.Option(help="prompt content seed (nonces are always fresh)")] = 0,
     temperature: Annotated[float, typer.Option(help="sampling temperature (0 = greedy)")] = 0.0,
     connect_timeout: Annotated[float, typer.Option(help="seconds")] = 10.0,
@@ -318,7 +320,8 @@ def bench(
         concurrency=levels, request_rates=rates, arrival=arrival, burstiness=burstiness,
         max_concurrency=max_concurrency,
         prompt_classes=_csv(prompt_class), prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-        requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, seed=seed,
+        requests_per_cell=requests, duration_s=_duration(duration), warmup_requests=warmup, warmup_wave=warmup_wave,
+        seed=seed,
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature, protocol=protocol,
         corpus=corpus, nonce=nonce, slo=_slo(slo), kv_poll_s=None if kv_poll == "off" else _duration(kv_poll),
         client_workers=client_workers, client_transport=client_transport,

@@ -436,6 +436,9 @@ class WorkloadSpec(_Strict):
         default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
     )
     warmup_requests: Annotated[Requests, Field(ge=0)] = 2
+    warmup_wave: bool = Field(
+        default=True, description="before each closed-loop cell, one discarded wave of `concurrency` short requests "
+        "at the cell's concurrency (bench/cell.py says why)")
     seed: Seed = 0
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0

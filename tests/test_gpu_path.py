@@ -46,7 +46,8 @@ def nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return smi
 
 
-def _launch(tmp_path: Path, package: str, arm_args: list[str], max_concurrency: int) -> tuple[list[str], dict, LaunchRecord]:
+def _launch(tmp_path: Path, package: str, arm_args: list[str],
+            max_concurrency: int) -> tuple[list[str], dict, LaunchRecord]:
     """Start an arm with a stand-in python that writes its argv and env, and read them back."""
     dump = tmp_path / "dump.json"
     python = tmp_path / "python"
@@ -104,7 +105,8 @@ def test_gpu_facts_and_limits_are_stored_and_read_back(tmp_path: Path) -> None:
         "gpu_model": "NVIDIA H200", "gpu_count": 1, "gpu_driver": "580.95.05", "gpu_memory_mib": 143771.0})
     for arm in result.arms:
         assert arm.launch is not None
-        arm.launch = arm.launch.model_copy(update={"argv": ["--gpu-memory-utilization", "0.85", "--max-num-seqs", "300"]})
+        argv = ["--gpu-memory-utilization", "0.85", "--max-num-seqs", "300"]
+        arm.launch = arm.launch.model_copy(update={"argv": argv})
     path = tmp_path / "h.duckdb"
     ingest(result, path)
     assert rf.query(path, "select gpu_model, gpu_memory_mib from runs") == [("NVIDIA H200", 143771.0)]
@@ -142,3 +144,25 @@ def test_bench_writes_each_cells_prompts_as_the_peers_dataset(tmp_path: Path) ->
     assert len({p[:16] for p in prompts}) == 5 and len({p[40:200] for p in prompts}) > 1
     other = [json.loads(line)["prompt"] for line in (out / files[1]).read_text().splitlines()]
     assert not set(other) & set(prompts)  # each cell has its own nonces
+
+
+def test_each_closed_cell_is_preceded_by_a_discarded_wave_at_its_concurrency(tmp_path: Path) -> None:
+    """The wave runs the cell's batch shape once before the window (what a GPU compiles per shape)."""
+    import httpx
+
+    out = tmp_path / "b.json"
+    args = ["--served-model-name", "demo", "--spec-config", '{"method":"ngram","num_speculative_tokens":3}',
+            "--step-ms", "2"]
+    with run_fake_vllm(args) as url:
+        res = CliRunner().invoke(app, ["bench", "--endpoint", url, "--model", "demo", "--concurrency", "3",
+                                       "--prompt-class", "code", "--prompt-tokens", "48", "--max-tokens", "24",
+                                       "--requests", "6", "--warmup", "1", "--json", str(out)])
+        records = httpx.get(f"{url}/truth").json()["records"]
+    assert res.exit_code == 0, res.output
+    wave = [r for r in records if r["max_tokens"] == 16]
+    measured = [r for r in records if r["max_tokens"] == 24]
+    assert len(wave) == 3 and len(measured) == 1 + 6  # the launch's one warm-up request, then the cell's six
+    assert max(r["t_arrival"] for r in wave) < min(r["t_arrival"] for r in measured[1:])
+    assert max(r["t_arrival"] for r in wave) - min(r["t_arrival"] for r in wave) < 0.5  # side by side
+    cell = json.loads(out.read_text())["cells"][0]
+    assert cell["generation_tokens"] == 6 * 24  # the wave is outside the cell's counter window

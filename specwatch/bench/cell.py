@@ -11,7 +11,7 @@ from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import Prompt, repetition_ratio
+from specwatch.bench.prompts import Prompt, nonce, repetition_ratio
 from specwatch.bench.selfcheck import merge
 from specwatch.export.peer_dataset import write_cell_dataset
 from specwatch.records import CellKey, CellResult
@@ -19,6 +19,26 @@ from specwatch.records import CellKey, CellResult
 # Prompts calibrated at once before a cell (each a bisection of /tokenize calls): enough to keep a
 # server's tokenizer busy, few enough that no server sees a burst of connections.
 CALIBRATION_CONCURRENCY = 32
+# A GPU server compiles kernels (Triton, ptxas) the first time it runs a batch shape, also after
+# boot: on an H200 the first c=64 cell of a launch ran at 60% of the same cell a minute later, the
+# server's own TPOT as slow as the client's (benchmarks/README.md, section 6). The launch's
+# warm-up requests run one at a time; a wave at the cell's concurrency, just before its window,
+# runs the cell's batch shapes once. Short requests: only the shapes matter.
+WAVE_TOKENS = 16
+
+
+def _fronted(prompt: Prompt, tag: str) -> Prompt:
+    """The prompt behind another unique front: it shares no prefix-cache block with the cell's own."""
+    first, *rest = prompt.messages
+    return Prompt(({**first, "content": f"{tag} {first['content']}"}, *rest), prompt.tokens, None)
+
+
+async def warm_wave(client: Client, key: CellKey, prompts: list[Prompt]) -> None:
+    """`key.concurrency` discarded requests side by side (the cell's prompts, fronted anew)."""
+    tag = nonce(client.target.namespace, "wave", key.id)
+    wave = [_fronted(p, f"{tag}-{i}") for i, p in enumerate(prompts[: key.concurrency])]
+    # Failures are not judged here: the cell that follows meets the same server and records them.
+    await asyncio.gather(*(client.stream(-1 - i, p, WAVE_TOKENS) for i, p in enumerate(wave)))
 
 
 async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | None = None) -> CellResult:
@@ -44,6 +64,8 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
     workers = workers_for(wl, cell_streams(wl, key))
 
     shape = load_shape(wl, key)  # an open loop's schedule is drawn here, before the window opens
+    if wl.warmup_wave and key.concurrency:
+        await warm_wave(client, key, prompts)
     before = await client.metrics()
     stop = asyncio.Event()
     # Open loop has no concurrency to reach, so the gauge (which costs the server) is not polled.
