@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -126,39 +127,38 @@ def test_the_python_backend_takes_a_home_relative_interpreter(tmp_path: Path, mo
     assert ref.python == home / "venv" / "bin" / "python"
 
 
+FAKE = ["--served-model-name", "demo", "--spec-config", '{"method":"ngram","num_speculative_tokens":3}',
+        "--step-ms", "2"]
+
+
+def _bench(url: str, concurrency: str, max_tokens: int, requests: int, *extra: str) -> None:
+    res = CliRunner().invoke(app, ["bench", "--endpoint", url, "--model", "demo", "--concurrency", concurrency,
+                                   "--prompt-class", "code", "--prompt-tokens", "48", "--max-tokens", str(max_tokens),
+                                   "--requests", str(requests), "--warmup", "1", *extra])
+    assert res.exit_code == 0, res.output
+
+
 def test_bench_writes_each_cells_prompts_as_the_peers_dataset(tmp_path: Path) -> None:
     out = tmp_path / "ds"
-    args = ["--served-model-name", "demo", "--spec-config", '{"method":"ngram","num_speculative_tokens":3}',
-            "--step-ms", "2"]
-    with run_fake_vllm(args) as url:
-        res = CliRunner().invoke(app, ["bench", "--endpoint", url, "--model", "demo", "--concurrency", "1,2",
-                                       "--prompt-class", "code", "--prompt-tokens", "48", "--max-tokens", "12",
-                                       "--requests", "5", "--warmup", "1", "--dataset-out", str(out)])
-    assert res.exit_code == 0, res.output
+    with run_fake_vllm(FAKE) as url:
+        _bench(url, "1,2", 12, 5, "--dataset-out", str(out))
     files = sorted(p.name for p in out.iterdir())
     assert files == ["closed_c1_code_p48.jsonl", "closed_c2_code_p48.jsonl"]
     rows = [json.loads(line) for line in (out / files[0]).read_text().splitlines()]
     assert len(rows) == 5 and {r["output_tokens"] for r in rows} == {12}
     prompts = [r["prompt"] for r in rows]
     assert len(set(prompts)) == 5  # a nonce at the front of each: the peer's replay never hits a shared prefix
-    assert len({p[:16] for p in prompts}) == 5 and len({p[40:200] for p in prompts}) > 1
+    assert len({p[:40] for p in prompts}) == 5 and all(p.startswith("unique request ") for p in prompts)
     other = [json.loads(line)["prompt"] for line in (out / files[1]).read_text().splitlines()]
     assert not set(other) & set(prompts)  # each cell has its own nonces
 
 
 def test_each_closed_cell_is_preceded_by_a_discarded_wave_at_its_concurrency(tmp_path: Path) -> None:
     """The wave runs the cell's batch shape once before the window (what a GPU compiles per shape)."""
-    import httpx
-
     out = tmp_path / "b.json"
-    args = ["--served-model-name", "demo", "--spec-config", '{"method":"ngram","num_speculative_tokens":3}',
-            "--step-ms", "2"]
-    with run_fake_vllm(args) as url:
-        res = CliRunner().invoke(app, ["bench", "--endpoint", url, "--model", "demo", "--concurrency", "3",
-                                       "--prompt-class", "code", "--prompt-tokens", "48", "--max-tokens", "24",
-                                       "--requests", "6", "--warmup", "1", "--json", str(out)])
+    with run_fake_vllm(FAKE) as url:
+        _bench(url, "3", 24, 6, "--json", str(out))
         records = httpx.get(f"{url}/truth").json()["records"]
-    assert res.exit_code == 0, res.output
     wave = [r for r in records if r["max_tokens"] == 16]
     measured = [r for r in records if r["max_tokens"] == 24]
     assert len(wave) == 3 and len(measured) == 1 + 6  # the launch's one warm-up request, then the cell's six

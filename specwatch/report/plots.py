@@ -79,7 +79,10 @@ def _sweep_plot(points: Sequence[SweepPoint], arms: Sequence[str], path: Path,
     for colour, arm in zip(plt.rcParams["axes.prop_cycle"].by_key()["color"], arms, strict=False):
         shown = sorted(((p, v) for p in points if p.arm == arm and (v := value(p)) is not None),
                        key=lambda pv: pv[0].depth)
-        for looped, style, label in ((False, "-", arm), (True, ":" if decode else "none", f"{arm}: {LOOP_FLAG}")):
+        # On the decode plot a loop is only what the output did (a no-spec arm loops too); on the
+        # acceptance plot it is why the point is out of the trend.
+        looped_label = f"{arm}: output looped" if decode else f"{arm}: {LOOP_FLAG}"
+        for looped, style, label in ((False, "-", arm), (True, ":" if decode else "none", looped_label)):
             group = [(p, v) for p, v in shown if p.looped == looped]
             if group:
                 ax.errorbar([p.depth for p, _ in group], [v for _, v in group],
