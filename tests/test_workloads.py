@@ -206,7 +206,7 @@ def test_per_request_output_lengths_come_from_the_corpus(tmp_path: Path) -> None
                                   {"prompt": "gamma", "output_tokens": 30},
                                   {"messages": [{"role": "user", "content": "delta"}]}])
     with run_fake_vllm(fake()) as url:
-        (cell,) = bench(url, workload(corpus=path, requests_per_cell=3, warmup_requests=0))
+        (cell,) = bench(url, workload(corpus=path, requests_per_cell=3, warmup_requests=0, warmup_wave=False))
         truth = httpx.get(f"{url}/truth").json()["records"]
     assert not cell.rejected, cell.reject_reason
     assert [(r.max_tokens, r.completion_tokens) for r in cell.requests] == [(8, 8), (30, 30), (None, 24)]
