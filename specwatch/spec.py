@@ -429,6 +429,9 @@ class Thresholds(_Strict):
     client_loop_lag_ms: PositiveFloat = 20.0
     client_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.9
     client_send_lateness_ms: PositiveFloat = 10.0
+    # A cell with more than this share of failed requests is rejected; 0: any failure rejects it
+    # (DOMAIN rule 10: a cell with errors is not a measurement). Below it the failures are a flag.
+    max_failed_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
 
 
 class DesignSpec(_Strict):

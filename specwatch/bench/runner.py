@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Protocol
+
+import httpx
 
 from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
 from specwatch.bench.corpus import sources
-from specwatch.bench.fanout import FanOut, cell_streams, workers_for
+from specwatch.bench.fanout import FanOut, cell_streams, die_with_parent, workers_for
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import PromptRequest
@@ -28,6 +32,29 @@ from specwatch.spec import SamplingSpec, WorkloadSpec
 log = logging.getLogger("specwatch.bench")
 
 CellCallback = Callable[[CellResult], None]
+
+
+class CellsAborted(BenchError):
+    """The cells stopped before the last one: the server went away or hung during cell `key`.
+
+    Carries the cells finished before it, so that they are kept; plain arguments, so that it
+    crosses a process boundary (Isolated) intact.
+    """
+
+    def __init__(self, cells: list[CellResult], key: CellKey, reason: str, measured: bool = False) -> None:
+        """`measured`: the last of `cells` is cell `key` itself (rejected by its gates), else it never finished."""
+        super().__init__(cells, key, reason, measured)
+        self.cells, self.key, self.reason, self.measured = cells, key, reason, measured
+
+    def __str__(self) -> str:
+        return f"cell {self.key.label}: {self.reason}"
+
+
+def _timed_out(cell: CellResult) -> str | None:
+    """A cell whose requests hit the client's read timeout: the server hangs, and every later cell
+    would wait out the same timeout; the arm stops here (its server is stopped with it)."""
+    first = next((r for r in cell.requests if r.status == "timeout"), None)
+    return None if first is None else f"{cell.failures_by_kind.get('timeout', 0)} request(s) hit the {first.error}"
 PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same probe prompts
 
 
@@ -98,9 +125,12 @@ async def measure_cells(
         # them inside the client, where the send-time lateness cannot see it.
         streams = max(cell_streams(workload, k) for k in keys)
         async with Client(target, workload, sampling, streams=streams) as client:
-            cells = []
+            cells: list[CellResult] = []
             for key in keys:
-                cell = await run_cell(client, key, gates, fan)
+                try:
+                    cell = await run_cell(client, key, gates, fan)
+                except (httpx.HTTPError, BenchError, OSError) as exc:  # the server went away mid-cell
+                    raise CellsAborted(cells, key, f"{type(exc).__name__}: {exc}"[:300]) from None
                 mal = cell.window.mean_acceptance_length
                 log.info(
                     "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
@@ -110,6 +140,8 @@ async def measure_cells(
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)
+                if (hung := _timed_out(cell)) is not None:
+                    raise CellsAborted(cells, key, hung, measured=True)
             return cells
 
 
@@ -127,12 +159,24 @@ class InProcess:
         return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates, self.on_cell))
 
 
-def _measure_in_child(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
-                      gates: Gates) -> list[CellResult]:
+def _measure_in_child(conn: Connection, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
+                      gates: Gates) -> None:
+    """The child's side: each cell goes back to the parent as it finishes, then ("done", None) or the error."""
+    die_with_parent()
     # A spawned process starts with default logging: keep per-cell progress visible on stderr.
     logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
     logging.getLogger("specwatch").setLevel(logging.INFO)
-    return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates))
+    try:
+        run_on_loop(workload.client_transport,
+                    measure_cells(target, workload, sampling, gates, lambda cell: conn.send(("cell", cell))))
+    except BenchError as exc:
+        conn.send(("error", exc))
+    except Exception as exc:  # anything else still reaches the parent as one line, not a dead pipe
+        conn.send(("error", BenchError(f"client process: {type(exc).__name__}: {exc}"[:300])))
+    else:
+        conn.send(("done", None))
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True)
@@ -143,13 +187,41 @@ class Isolated:
     Prefect's log and event threads hold the GIL often enough to stall that loop, so
     chunks pile up and are stamped together (bursts seen in whole-flow runs, not in a
     bare client against the same server).
+
+    Each cell comes back as it finishes (`on_cell` sees it then), so a cell that dies keeps the
+    ones before it. On any interrupt (Ctrl-C, SIGTERM, cancellation) the child is killed at once
+    rather than waited for: a pool's shutdown would wait out the running cell, and the server
+    stop behind it (the SIGINT timeouts of tests/test_interrupt.py on a loaded host).
     """
+
+    on_cell: CellCallback | None = None
 
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
-        import multiprocessing  # only the flow's path pays for these imports
-        from concurrent.futures import ProcessPoolExecutor
-
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            return pool.submit(_measure_in_child, target, workload, sampling, gates).result()
+        ours, theirs = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_measure_in_child, args=(theirs, target, workload, sampling, gates),
+                            name="specwatch-cells")
+        cells: list[CellResult] = []
+        try:
+            child.start()
+            theirs.close()
+            while True:
+                try:
+                    kind, payload = ours.recv()
+                except EOFError:
+                    child.join(5)
+                    raise BenchError(f"the client process died (exit {child.exitcode})") from None
+                if kind == "cell":
+                    cells.append(payload)
+                    if self.on_cell:
+                        self.on_cell(payload)
+                elif kind == "error":
+                    raise payload
+                else:
+                    return cells
+        finally:
+            if child.is_alive():
+                child.kill()  # its fan-out workers follow it (die_with_parent)
+            child.join(5)
+            ours.close()

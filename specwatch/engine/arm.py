@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import httpx
 from specwatch.bench.client import BenchError, BenchTarget
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
-from specwatch.bench.runner import CellRunner, Isolated, prepare, probe
+from specwatch.bench.cell import aborted_cell
+from specwatch.bench.runner import CellRunner, CellsAborted, Isolated, prepare, probe
 from specwatch.engine import gpu
 from specwatch.engine.checkpoint import arm_constraint_violations
 from specwatch.engine.handle import ServerHandle
@@ -86,6 +88,22 @@ def record_kv_capacity(handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
                                                      "kv_cache_source": None if tokens is None else source})
 
 
+# After a connection fails, how long a dying server may take to be seen as exited.
+EXIT_SEEN_S = 2.0
+
+
+def _abort_reason(handle: ServerHandle, exc: CellsAborted) -> str:
+    """Why cells stopped, in the user's terms: the server died (with its log), or what the client saw."""
+    deadline = time.monotonic() + EXIT_SEEN_S
+    while (code := handle.exited()) is None and time.monotonic() < deadline and not exc.measured:
+        time.sleep(0.05)
+    if code is not None:
+        dead = handle.dead()
+        who = "server" if dead is None or dead.role == "server" else f"{dead.role} rank on {dead.host}"
+        return f"{who} exited (code {code}) during the cell {exc.key.label}; log: {handle.log_tail(member=dead)}"
+    return f"{exc}; server stopped"
+
+
 def run_arm(
     arm: ArmSpec,
     spec: ExperimentSpec,
@@ -140,6 +158,12 @@ def _launch_once(
             cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,
                                          "probes": probes, "ended_at": datetime.now(UTC)})
+    except CellsAborted as exc:
+        assert handle is not None  # cells run only on a started server
+        reason = _abort_reason(handle, exc)
+        cells = exc.cells if exc.measured else [*exc.cells, aborted_cell(exc.key, spec.workload, reason)]
+        return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
+                                         "launch": handle.record, "ended_at": datetime.now(UTC)})
     except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:
         reason = str(exc) or type(exc).__name__
         return ArmResult.model_validate({**base, "status": "failed", "reason": reason,
