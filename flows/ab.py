@@ -28,11 +28,12 @@ from specwatch.engine.checkpoint import CheckpointError
 from specwatch.engine.images import ImageError, python_of
 from specwatch.engine.launchers import LaunchContext
 from specwatch.host import host_facts
-from specwatch.records import ArmResult, CheckpointFacts, ImageRef, Provenance, RunResult
+from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.report.rows import VerdictRow, headline, verdict_rows
 from specwatch.runid import new_run_id
 from specwatch.spec import ArmSpec, ExperimentSpec
 from specwatch.store.db import DatabaseError
+from specwatch.store.ingest import ingest
 from specwatch.store.rundir import write_raw
 from tasks.arms import launch_arm
 from tasks.checkpoint import prepare_checkpoint
@@ -82,6 +83,9 @@ def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFa
     return prepare_checkpoint(spec.model, python)
 
 
+UNFINISHED = "unfinished: the flow stopped during this launch"
+
+
 def _failed(arm: ArmSpec, block: int, reason: str) -> ArmResult:
     now = datetime.now(UTC)
     return ArmResult(name=arm.name, block=block, image=arm.image, k=arm.k, status="failed", reason=reason,
@@ -115,8 +119,17 @@ class _Blocks:
                             host=host.address if host else "127.0.0.1", ssh=ranks.route_to(host),
                             netns=host.netns if host else None)
         logger.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
+        # In results.json while it runs: a flow killed mid-launch keeps the cells it finished.
+        running = _failed(arm, block, UNFINISHED).model_copy(update={"in_progress": True})
+        self.result.arms.append(running)
+
+        def on_cell(cell: CellResult) -> None:
+            running.cells.append(cell)
+            write_raw(self.result, self.run_dir)
+
         outcome = launch_arm(arm, self.spec, self.refs[arm.image], ctx, self.facts,
-                             namespace=f"{self.result.run_id}:{name}:b{block}", block=block)
+                             namespace=f"{self.result.run_id}:{name}:b{block}", block=block, on_cell=on_cell)
+        self.result.arms.remove(running)
         if outcome.status == "ok" and outcome.k != arm.k:
             self.resolved[name] = arm.with_k(outcome.k)
         rejected = sum(c.rejected for c in outcome.cells)
@@ -149,6 +162,24 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
         for arm_name, block in block_order(names, done):
             if block == done:
                 blocks.run(arm_name, block)
+
+
+def _keep_partial(result: RunResult, run_dir: Path, db_path: Path, exc: BaseException) -> None:
+    logger = get_run_logger()
+    result.ended_at = datetime.now(UTC)
+    result.interrupted = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    for arm in result.arms:
+        if arm.in_progress:
+            arm.reason, arm.ended_at = f"interrupted during this launch ({result.interrupted})", result.ended_at
+    write_raw(result, run_dir)
+    try:
+        ingest(result, db_path)  # not the task: a cancelled flow runs no new tasks
+    except DatabaseError as db_exc:
+        logger.error("partial run %s not stored (%s); load it later with `specwatch ingest %s`", result.run_id,
+                     db_exc, run_dir)
+        return
+    logger.warning("run %s interrupted (%s): %d launch(es) kept, stored as a partial run", result.run_id,
+                   result.interrupted, len(result.arms))
 
 
 def _cluster_lock(cluster: str) -> AbstractContextManager[object]:
@@ -198,10 +229,10 @@ def ab(
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
                           headline="could not run", error=f"checkpoint: {exc}")
-    except BaseException:
-        # Ctrl-C / cancellation: keep what was measured, then let the interrupt through.
-        result.ended_at = datetime.now(UTC)
-        write_raw(result, run_dir)
+    except BaseException as exc:
+        # Ctrl-C / cancellation / SIGTERM: the servers are stopped by now (the launch's `with` unwound);
+        # keep what was measured, store it as a partial run, then let the interrupt through.
+        _keep_partial(result, run_dir, db_path, exc)
         raise
     result.ended_at = datetime.now(UTC)
 

@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 
 from specwatch.bench.client import BenchTarget
 from specwatch.bench.gates import Gates
-from specwatch.bench.runner import Isolated
+from specwatch.bench.runner import CellCallback, Isolated
 from specwatch.engine.arm import run_arm
 from specwatch.engine.launchers import LaunchContext
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef
 from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
 
 
-@task(name="measure_cells")
+# A measurement is never taken from a cache (a reused cell is not a measurement of this run), and
+# never retried: a retried cell is a different measurement.
+@task(name="measure_cells", cache_policy=NO_CACHE, retries=0)
 def measure_cells(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
-                  gates: Gates) -> list[CellResult]:
-    return Isolated().measure(target, workload, sampling, gates)
+                  gates: Gates, on_cell: CellCallback | None = None) -> list[CellResult]:
+    return Isolated(on_cell).measure(target, workload, sampling, gates)
 
 
 class _MeasureTask:
     """A CellRunner whose measurement shows up in Prefect as the `measure_cells` task."""
 
+    def __init__(self, on_cell: CellCallback | None) -> None:
+        self.on_cell = on_cell
+
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
-        return measure_cells(target, workload, sampling, gates)
+        return measure_cells(target, workload, sampling, gates, self.on_cell)
 
 
-@task(name="launch_arm")
+@task(name="launch_arm", cache_policy=NO_CACHE, retries=0)
 def launch_arm(
     arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
-    namespace: str, block: int = 1,
+    namespace: str, block: int = 1, on_cell: CellCallback | None = None,
 ) -> ArmResult:
-    return run_arm(arm, spec, image, ctx, facts, namespace, block, runner=_MeasureTask())
+    """`on_cell`: called in this process with each cell as it finishes (the flow writes it to results.json)."""
+    return run_arm(arm, spec, image, ctx, facts, namespace, block, runner=_MeasureTask(on_cell))

@@ -49,6 +49,9 @@ class CellsAborted(BenchError):
     def __str__(self) -> str:
         return f"cell {self.key.label}: {self.reason}"
 
+    def __repr__(self) -> str:  # what a log shows: the reason, not every cell it carries
+        return f"CellsAborted({self})"
+
 
 def _timed_out(cell: CellResult) -> str | None:
     """A cell whose requests hit the client's read timeout: the server hangs, and every later cell

@@ -146,6 +146,7 @@ def _launch_once(
         return ArmResult.model_validate({**base, "status": "refused", "reason": "; ".join(refusals),
                                          "ended_at": datetime.now(UTC)})
     handle: ServerHandle | None = None
+    aborted: tuple[CellsAborted, str] | None = None
     try:
         with launcher_for(arm, image).start(arm, image, ctx) as handle:
             boot_s = wait_ready(handle, arm.boot_timeout_s)
@@ -155,15 +156,17 @@ def _launch_once(
             confirm_k(arm, handle, snapshot)
             record_kv_capacity(handle, snapshot)
             probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
-            cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
+            try:
+                cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
+            except CellsAborted as exc:
+                aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
+        if aborted is not None:
+            exc, reason = aborted
+            cells = exc.cells if exc.measured else [*exc.cells, aborted_cell(exc.key, spec.workload, reason)]
+            return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
+                                             "probes": probes, "launch": handle.record, "ended_at": datetime.now(UTC)})
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,
                                          "probes": probes, "ended_at": datetime.now(UTC)})
-    except CellsAborted as exc:
-        assert handle is not None  # cells run only on a started server
-        reason = _abort_reason(handle, exc)
-        cells = exc.cells if exc.measured else [*exc.cells, aborted_cell(exc.key, spec.workload, reason)]
-        return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
-                                         "launch": handle.record, "ended_at": datetime.now(UTC)})
     except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:
         reason = str(exc) or type(exc).__name__
         return ArmResult.model_validate({**base, "status": "failed", "reason": reason,
