@@ -34,7 +34,7 @@ from specwatch.runid import new_run_id
 from specwatch.spec import ArmSpec, ExperimentSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.ingest import ingest
-from specwatch.store.rundir import write_raw
+from specwatch.store.rundir import read_raw, resume_conflicts, write_raw
 from tasks.arms import launch_arm
 from tasks.checkpoint import prepare_checkpoint
 from tasks.images import build_image
@@ -83,6 +83,10 @@ def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFa
     return prepare_checkpoint(spec.model, python)
 
 
+class ResumeRefused(Exception):
+    """A resumed run's earlier launches measured other images or another checkpoint."""
+
+
 UNFINISHED = "unfinished: the flow stopped during this launch"
 
 
@@ -101,9 +105,16 @@ class _Blocks:
         self.refs, self.image_errors = refs, image_errors
         self.model_dir, self.facts = model_dir, facts
         self.resolved: dict[str, ArmSpec] = {}
+        self.done = {(a.name, a.block) for a in result.arms}  # a resumed run's finished launches
+        for a in result.arms:  # a k-ladder's outcome sticks across the resume too
+            if a.status == "ok" and a.k != self.spec.arm(a.name).k:
+                self.resolved[a.name] = self.spec.arm(a.name).with_k(a.k)
 
     def run(self, name: str, block: int) -> None:
         logger = get_run_logger()
+        if (name, block) in self.done:
+            logger.info("arm %s block %d: finished before the resume; kept, not run again", name, block)
+            return
         arm = self.resolved.get(name) or self.spec.arm(name)
         if arm.image in self.image_errors:
             self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
@@ -144,6 +155,8 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path) -> None:
     logger = get_run_logger()
     refs, image_errors = _images(spec, run_dir)
     facts = _checkpoint(spec, refs)
+    if problems := resume_conflicts(result, {n: r.digest for n, r in refs.items()}, facts):
+        raise ResumeRefused(f"cannot resume run {result.run_id}: {'; '.join(problems)}; start a new run instead")
     result.checkpoint = facts
     model_dir = facts.path if facts else Path(spec.served_name)
     blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts)
@@ -193,24 +206,10 @@ def _cluster_lock(cluster: str) -> AbstractContextManager[object]:
     return concurrency(f"cluster-{cluster}", occupy=1)
 
 
-@flow(name="specwatch-ab", on_cancellation=[_stop_servers], on_crashed=[_stop_servers], log_prints=True)
-def ab(
-    experiment: ExperimentSpec, db: str | None = None, experiment_file: str | None = None, cluster: str = "local"
-) -> RunOutcome:
-    """Run an experiment's arms in restart blocks, store the results and decide against the baseline arm."""
-    logger = get_run_logger()
-    processes.install_signal_handlers()
-    spec = experiment
-    run_id = new_run_id()
-    run_dir = paths.runs_dir() / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    db_path = Path(db).expanduser() if db else paths.default_db()
-    logger.info("run %s: %d arm(s), results in %s", run_id, len(spec.arms), run_dir)
-
+def _new_result(spec: ExperimentSpec, run_id: str, experiment_file: str | None) -> RunResult:
     source = Path(experiment_file) if experiment_file else None
-    result = RunResult(
+    return RunResult(
         run_id=run_id,
-        flow_run_id=flow_run.id,
         experiment_name=spec.name,
         experiment=spec.model_dump(mode="json"),
         provenance=Provenance(
@@ -221,6 +220,44 @@ def ab(
         ),
         started_at=datetime.now(UTC),
     )
+
+
+def _resumed(run_dir: Path) -> RunResult:
+    """A run dir's results so far: its finished launches are kept; one the flow stopped in runs again, whole
+    (its cells came from a boot that never finished its block)."""
+    logger = get_run_logger()
+    result = read_raw(run_dir)
+    for arm in [a for a in result.arms if a.in_progress]:
+        logger.warning("arm %s block %d: unfinished when the run stopped; its %d cell(s) are dropped and the "
+                       "launch runs again", arm.name, arm.block, len(arm.cells))
+        result.arms.remove(arm)
+    logger.info("resuming run %s: %d finished launch(es) kept", result.run_id, len(result.arms))
+    return result.model_copy(update={"interrupted": None, "ended_at": None, "quality": []})
+
+
+@flow(name="specwatch-ab", on_cancellation=[_stop_servers], on_crashed=[_stop_servers], log_prints=True)
+def ab(
+    experiment: ExperimentSpec, db: str | None = None, experiment_file: str | None = None, cluster: str = "local",
+    resume: str | None = None,
+) -> RunOutcome:
+    """Run an experiment's arms in restart blocks, store the results and decide against the baseline arm.
+
+    `resume`: a run id; its run dir's results.json is continued (finished launches skipped), `experiment`
+    must be the one stored there (`specwatch run --resume` reads it from there).
+    """
+    logger = get_run_logger()
+    processes.install_signal_handlers()
+    spec = experiment
+    run_id = resume or new_run_id()
+    run_dir = paths.runs_dir() / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    db_path = Path(db).expanduser() if db else paths.default_db()
+    logger.info("run %s: %d arm(s), results in %s", run_id, len(spec.arms), run_dir)
+    result = _resumed(run_dir) if resume else _new_result(spec, run_id, experiment_file)
+    result.flow_run_id = flow_run.id
+    # Before this run's lock is taken: a resumed run's own orphans (its killed flow's servers) are orphans too.
+    for line in orphans.sweep():
+        logger.warning("%s", line)
     try:
         with _cluster_lock(cluster), orphans.run_lock(run_id):
             _measure(spec, result, run_dir)
@@ -229,6 +266,9 @@ def ab(
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
                           headline="could not run", error=f"checkpoint: {exc}")
+    except ResumeRefused as exc:  # results.json stays as it was
+        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
+                          headline="could not resume", error=str(exc))
     except BaseException as exc:
         # Ctrl-C / cancellation / SIGTERM: the servers are stopped by now (the launch's `with` unwound);
         # keep what was measured, store it as a partial run, then let the interrupt through.

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 
+from specwatch.bench.cell import aborted_cell
 from specwatch.bench.client import BenchError, BenchTarget
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
-from specwatch.bench.cell import aborted_cell
 from specwatch.bench.runner import CellRunner, CellsAborted, Isolated, prepare, probe
 from specwatch.engine import gpu
 from specwatch.engine.checkpoint import arm_constraint_violations
@@ -161,8 +161,9 @@ def _launch_once(
             except CellsAborted as exc:
                 aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
         if aborted is not None:
-            exc, reason = aborted
-            cells = exc.cells if exc.measured else [*exc.cells, aborted_cell(exc.key, spec.workload, reason)]
+            stopped, reason = aborted
+            cells = stopped.cells if stopped.measured else [*stopped.cells,
+                                                            aborted_cell(stopped.key, spec.workload, reason)]
             return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
                                              "probes": probes, "launch": handle.record, "ended_at": datetime.now(UTC)})
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specwatch.records import RESULTS_SCHEMA_VERSION, RunResult
+from specwatch.records import RESULTS_SCHEMA_VERSION, CheckpointFacts, RunResult
 
 RESULTS_FILE = "results.json"
 
@@ -97,3 +97,24 @@ def read_raw(run_dir: Path) -> RunResult:
                 problems.append(f"{_where(e['loc'])}: {e['msg']}")
         raise RunDirError(f"{path}: " + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                           if len(problems) > 5 else "") + "; was it written by a newer specwatch, or edited?") from None
+
+
+def resume_conflicts(previous: RunResult, digests: dict[str, str | None], facts: CheckpointFacts | None) -> list[str]:
+    """Why a run cannot be resumed: its launches so far measured other images or another checkpoint.
+
+    `digests`: image name -> digest as built now; `facts`: the checkpoint as read now.
+    """
+    problems = []
+    for arm in previous.arms:
+        was = arm.image_ref.digest if arm.image_ref else None
+        now = digests.get(arm.image)
+        if was and now and was != now:
+            problems.append(f"image {arm.image} changed since arm {arm.name} block {arm.block} ran "
+                            f"(digest {was[:19]} then, {now[:19]} now)")
+    before = previous.checkpoint
+    if before and facts:
+        for field in ("config_sha256", "index_sha256"):
+            was, now = getattr(before, field), getattr(facts, field)
+            if was != now:
+                problems.append(f"the checkpoint changed: {field} {str(was)[:12]} then, {str(now)[:12]} now")
+    return list(dict.fromkeys(problems))
