@@ -182,3 +182,28 @@ def test_bad_metrics_never_kill_the_run_and_a_cell_without_counters_says_so(
     assert q(db, "select count(*) from cells where arm = 'cand' and generation_tokens is not null") == [(0,)]
     assert q(db, "select count(*) from requests where arm = 'cand' and status = 'ok'") == [(REQUESTS * 2,)]
     assert_baseline_kept(db)
+
+
+def test_taken_port_is_a_clear_error_and_the_other_server_is_never_measured(
+        ckpt: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specwatch.bench.runner import InProcess
+    from specwatch.engine.arm import run_arm
+    from specwatch.engine.launchers import LaunchContext, command
+    from specwatch.records import ImageRef
+    from specwatch_testing.server import fake_vllm_process
+
+    spec = experiment(ckpt, "")
+    image = ImageRef(name="py", backend="python", python=Path(sys.executable))
+    ctx = LaunchContext(model_dir=ckpt, served_name="demo", arm_dir=tmp_path / "arm")
+    # the worst case: the port's holder serves the very model name the arm asks for, so only the port's
+    # owner tells the servers apart
+    with fake_vllm_process(["--served-model-name", "demo", "--spec-config", spec.arms[0].speculative.config_json()]
+                           ) as (url, holder):
+        port = int(url.rsplit(":", 1)[1])
+        monkeypatch.setattr(command, "free_port", lambda host="127.0.0.1": port)  # taken after it was chosen
+        result = run_arm(spec.arms[1], spec, image, ctx, None, "ns", runner=InProcess())
+        assert holder.poll() is None  # the other server is left alone
+    assert result.status == "failed" and result.cells == []
+    assert result.reason.startswith(f"port {port}: pid {holder.pid} (")
+    assert "holds the arm's port, so /health was answered by another server; nothing was measured" in result.reason
+    assert processes.live_pids() == []

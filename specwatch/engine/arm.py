@@ -32,7 +32,7 @@ _KV_IN_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
 def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> float:
     """Boot time until /health answers; LaunchError (BootExit if a member died) otherwise."""
     try:
-        return wait_healthy(f"{handle.base_url}/health", timeout_s, handle.exited, poll_s)
+        boot_s = wait_healthy(f"{handle.base_url}/health", timeout_s, handle.exited, poll_s)
     except ExitedBeforeReady:
         dead = handle.dead()
         who = "server" if dead is None or dead.role == "server" else f"{dead.role} rank on {dead.host}"
@@ -41,6 +41,12 @@ def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> f
     except NotReady:
         raise LaunchError(f"server not ready after {timeout_s:.0f}s (boot_timeout_s); log: {handle.log_tail()}") \
             from None
+    # A port taken between choosing and binding it: whoever answered /health is not this arm's server.
+    if taken := handle.foreign_listeners():
+        raise LaunchError(f"{'; '.join(taken)} holds the arm's port, so /health was answered by another "
+                          "server; nothing was measured against it (free the port, or rerun: a new free "
+                          f"port is chosen per launch); log: {handle.log_tail()}")
+    return boot_s
 
 
 def k_from_log(log_path: Path | None) -> int | None:

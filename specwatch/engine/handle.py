@@ -44,9 +44,21 @@ class ProcessMember:
     role: str = "server"
     grace_s: float = 20.0  # SIGTERM, then SIGKILL after this long
     trace: LaunchTrace | None = None  # its record in the state dir (specwatch.engine.orphans)
+    local_port: bool = True  # its port is in this machine's network namespace (no netns, no SSH)
 
     def exit_code(self) -> int | None:
         return self.proc.poll()
+
+    def foreign_listener(self) -> str | None:
+        """Who else serves this member's port, when a process outside its group does (None: ours, or unknown)."""
+        if self.port is None or not self.local_port:
+            return None
+        held = processes.listeners(self.port)
+        if not held or any(processes.in_group(pid, self.proc.pid) for pid in held):
+            return None
+        pid = min(held)
+        cmd = orphans.process_identity(pid)
+        return f"pid {pid}" + (f" ({cmd[1][:80]})" if cmd else "")
 
     def sync_log(self) -> None:
         pass  # the process writes log_path itself
@@ -88,6 +100,11 @@ class ServerHandle:
     def sync_logs(self) -> None:
         for member in self.members:
             member.sync_log()
+
+    def foreign_listeners(self) -> list[str]:
+        """'port N: pid P (cmd)' for each member whose port another process holds: a taken port."""
+        return [f"port {m.port}: {who}" for m in self.members
+                if isinstance(m, ProcessMember) and (who := m.foreign_listener()) is not None]
 
     def dead(self) -> Member | None:
         """The first member that ended, if one did."""

@@ -106,7 +106,7 @@ def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: Lau
         argv = ["ip", "netns", "exec", netns, *argv]
     proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
     return ProcessMember(proc, log_path, host=address, port=port, role=role, grace_s=grace_s,
-                         trace=traced(ctx, proc.pid))
+                         trace=traced(ctx, proc.pid), local_port=netns is None)
 
 
 # A CPU server's engine threads take every core they are given; the measuring client needs little CPU,
