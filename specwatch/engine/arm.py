@@ -5,6 +5,7 @@ recorded outcome with its reason, never an exception out of here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef
 from specwatch.spec import ArmSpec, ExperimentSpec
 
+log = logging.getLogger("specwatch.arm")
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
 _KV_IN_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
 
@@ -166,6 +168,9 @@ def _launch_once(
                 cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
             except CellsAborted as exc:
                 aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
+        if handle.gpu_held:  # the measurement stands; the next launch's precheck would refuse this GPU
+            log.warning("arm %s block %d: %s", arm.name, block, handle.gpu_held)
+            base["reason"] = handle.gpu_held
         if aborted is not None:
             stopped, reason = aborted
             cells = stopped.cells if stopped.measured else [*stopped.cells,

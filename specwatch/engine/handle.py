@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from specwatch.engine import orphans, processes
+from specwatch.engine import gpu, orphans, processes
 from specwatch.engine.orphans import LaunchTrace
 from specwatch.records import LaunchRecord
 from specwatch.redact import redact_text
@@ -74,6 +74,7 @@ class ServerHandle:
     record: LaunchRecord
     members: list[Member] = field(default_factory=list)
     secrets: dict[str, str] = field(default_factory=dict)
+    gpu_held: str | None = None  # after stop: what of it still holds GPU memory (specwatch.engine.gpu)
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -82,7 +83,14 @@ class ServerHandle:
         self.stop()
 
     def stop(self) -> None:
-        """Every member, the last started first; ranks stop in parallel so none waits on another."""
+        """Every member, the last started first; ranks stop in parallel so none waits on another. Then, on a
+        GPU host, the GPU memory its processes held is checked to be released (`gpu_held` says what is not)."""
+        watched = {pid for m in self.members if isinstance(m, ProcessMember) and gpu.gpu_present()
+                   for pid in processes.group_pids(m.proc.pid)}
+        self._stop_members()
+        self.gpu_held = gpu.released_after_stop(watched)
+
+    def _stop_members(self) -> None:
         if len(self.members) == 1:
             self.members[0].stop()
             return

@@ -120,6 +120,17 @@ def listeners(port: int) -> set[int]:
     return pids
 
 
+def group_pids(pgid: int) -> set[int]:
+    """Every live process of process group `pgid` (a server and the engine workers it forked), from /proc."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:  # field 5, pgrp
+                    found.add(int(entry))
+    return found
+
+
 def in_group(pid: int, pgid: int) -> bool:
     try:
         return os.getpgid(pid) == pgid
