@@ -19,6 +19,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel
 
 import specwatch
+from flows.failures import tracebacks_to
 from specwatch import paths, ranks
 from specwatch.analysis.adaptive import adaptive_decision
 from specwatch.analysis.blocks import block_order
@@ -245,12 +246,17 @@ def ab(
     `resume`: a run id; its run dir's results.json is continued (finished launches skipped), `experiment`
     must be the one stored there (`specwatch run --resume` reads it from there).
     """
-    logger = get_run_logger()
     processes.install_signal_handlers()
-    spec = experiment
     run_id = resume or new_run_id()
     run_dir = paths.runs_dir() / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    with tracebacks_to(run_dir):
+        return _run(experiment, run_id, run_dir, db, experiment_file, cluster, resume)
+
+
+def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, experiment_file: str | None,
+         cluster: str, resume: str | None) -> RunOutcome:
+    logger = get_run_logger()
     db_path = Path(db).expanduser() if db else paths.default_db()
     logger.info("run %s: %d arm(s), results in %s", run_id, len(spec.arms), run_dir)
     result = _resumed(run_dir) if resume else _new_result(spec, run_id, experiment_file)

@@ -6,6 +6,7 @@ test asserts what the user sees and what is kept. docs/reliability.md has one ro
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -120,10 +121,27 @@ def test_server_crashing_at_boot_fails_the_arm_with_its_log(prefect_api: None, c
     assert_baseline_kept(db)
 
 
-def test_server_hang_is_a_client_timeout_and_the_server_is_stopped(prefect_api: None, ckpt: Path,
-                                                                    tmp_path: Path) -> None:
+def test_server_hang_is_a_client_timeout_and_the_server_is_stopped(prefect_api: None, ckpt: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.failures import OneLineFailures
+
     db = tmp_path / "h.duckdb"
+    failures: list[logging.LogRecord] = []  # what Prefect's handlers are handed, once the filter has run
+
+    def seen(self: OneLineFailures, record: logging.LogRecord, real=OneLineFailures.filter) -> bool:
+        kept = real(self, record)
+        if record.levelno >= logging.ERROR and record.name == "prefect.task_runs":
+            failures.append(record)
+        return kept
+
+    monkeypatch.setattr(OneLineFailures, "filter", seen)
     outcome = run_ab(experiment(ckpt, "--hang-after 6", read_timeout_s=1.5), db)  # hangs in the second cell
+    # Prefect's task-failure traceback is one line in the user's log; the traceback is in the run dir
+    assert failures
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in failures)
+    tracebacks = outcome.run_dir / "tracebacks.log"
+    assert any(f"(traceback in {tracebacks})" in r.getMessage() for r in failures)
+    assert "Traceback (most recent call last)" in tracebacks.read_text() and "CellsAborted" in tracebacks.read_text()
     (status, reason), = q(db, "select status, reason from arms where arm = 'cand'")
     assert status == "failed" and reason.startswith("cell c=1 json: ") and reason.endswith("; server stopped")
     assert "client timeout: no bytes for 1.5s (read_timeout_s)" in reason
