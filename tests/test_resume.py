@@ -158,3 +158,18 @@ def test_resume_refuses_when_the_checkpoint_changed(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert f"cannot resume run {run_id}: the checkpoint changed: config_sha256 000000000000 then" in out
     assert not (tmp_path / "h.duckdb").exists() or q(tmp_path / "h.duckdb", "select count(*) from runs") == [(0,)]
+
+
+def test_resume_conflicts_name_a_changed_image_digest() -> None:
+    from specwatch.records import ImageRef
+    from specwatch.store.rundir import resume_conflicts
+    from specwatch_testing.records import run
+
+    ref = ImageRef(name="old", backend="venv", digest="sha256:" + "a" * 64)
+    previous = run()
+    previous.arms = [a.model_copy(update={"image_ref": ref}) for a in previous.arms]
+    arm = previous.arms[0]
+    assert resume_conflicts(previous, {arm.image: "sha256:" + "a" * 64}, None) == []
+    (problem,) = resume_conflicts(previous, {arm.image: "sha256:" + "b" * 64}, None)
+    assert problem == (f"image {arm.image} changed since the run's earlier launches "
+                       "(digest sha256:aaaaaaaaaaaa then, sha256:bbbbbbbbbbbb now)")

@@ -105,11 +105,11 @@ def resume_conflicts(previous: RunResult, digests: dict[str, str | None], facts:
     `digests`: image name -> digest as built now; `facts`: the checkpoint as read now.
     """
     problems = []
-    for arm in previous.arms:
-        was = arm.image_ref.digest if arm.image_ref else None
-        now = digests.get(arm.image)
-        if was and now and was != now:
-            problems.append(f"image {arm.image} changed since arm {arm.name} block {arm.block} ran "
+    used = {a.image: a.image_ref.digest for a in previous.arms if a.image_ref and a.image_ref.digest}
+    for image, was in used.items():
+        now = digests.get(image)
+        if now and was != now:
+            problems.append(f"image {image} changed since the run's earlier launches "
                             f"(digest {was[:19]} then, {now[:19]} now)")
     before = previous.checkpoint
     if before and facts:
@@ -117,4 +117,4 @@ def resume_conflicts(previous: RunResult, digests: dict[str, str | None], facts:
             was, now = getattr(before, field), getattr(facts, field)
             if was != now:
                 problems.append(f"the checkpoint changed: {field} {str(was)[:12]} then, {str(now)[:12]} now")
-    return list(dict.fromkeys(problems))
+    return problems
