@@ -24,9 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import DEMO_MODEL, REPO, VLLM_PY  # noqa: E402
-
 import httpx  # noqa: E402
+from _common import DEMO_MODEL, REPO, VLLM_PY  # noqa: E402
 
 from specwatch.bench.metrics import running_requests  # noqa: E402
 
