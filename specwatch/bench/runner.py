@@ -209,7 +209,11 @@ class Isolated:
         try:
             child.start()
             theirs.close()
+            keys = cell_keys(workload)
             while True:
+                if not ours.poll(workload.cell_deadline_s):  # one deadline per cell, from the one before
+                    raise CellsAborted(cells, keys[min(len(cells), len(keys) - 1)],
+                                       f"not finished within {workload.cell_deadline_s:g}s (cell_deadline_s)")
                 try:
                     kind, payload = ours.recv()
                 except EOFError:
