@@ -18,6 +18,7 @@ import yaml
 
 from specwatch import paths
 from specwatch.engine import orphans
+from specwatch_testing.experiments import LOOSE_CLIENT_GATES
 from specwatch_testing.records import query as q
 from specwatch_testing.server import REPO, child_pids
 
@@ -37,6 +38,7 @@ def write_experiment(tmp: Path) -> Path:
            "arms": [{"name": name, "image": "py", "launcher": "command", "command": FAKE, "speculative": NGRAM}
                     for name in ("base", "cand")],
            "baseline": "base", "design": {"blocks": 1, "probes": 0},
+           "thresholds": LOOSE_CLIENT_GATES,
            "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 24, "max_tokens": 48,
                         "concurrency": [1], "requests_per_cell": REQUESTS, "warmup_requests": 1}}
     path = tmp / "exp.yaml"
