@@ -292,7 +292,7 @@ def bench(
     from specwatch.bench.client import BenchError, BenchTarget
     from specwatch.bench.document import bench_document
     from specwatch.bench.gates import Gates
-    from specwatch.bench.runner import InProcess, cell_keys, prepare
+    from specwatch.bench.runner import CellsAborted, InProcess, cell_keys, prepare
 
     try:
         levels = [int(c) for c in _csv(concurrency)]
@@ -317,9 +317,12 @@ def bench(
     gates = Gates(max_prefix_cache_hit_rate, workload.repetition_flag_ratio)
     with Progress(console=err, transient=True) as progress:
         bar = progress.add_task("cells", total=total)
+        stopped = None
         try:
             asyncio.run(prepare(target, workload, sampling))
             cells = InProcess(on_cell=lambda _: progress.advance(bar)).measure(target, workload, sampling, gates)
+        except CellsAborted as exc:  # the server died or hung: show what was measured before it
+            cells, stopped = exc.cells, str(exc)
         except BenchError as exc:
             raise _fail(str(exc)) from None
     table = Table(title=f"{endpoint} {model}")
@@ -343,6 +346,8 @@ def bench(
         ended = datetime.now(UTC)
         save_result.write_text(export_cells([(c, ExportContext(model, workload.protocol, "specwatch", ended,
                                                                {"specwatch_cell": c.cell})) for c in cells]))
+    if stopped:
+        raise _fail(f"stopped at {stopped}", 4)
     raise typer.Exit(4 if any(c.rejected for c in cells) else 0)
 
 

@@ -221,7 +221,10 @@ class Client:
         except httpx.ReadTimeout:
             return sample("timeout", f"client timeout: no bytes for {self.workload.read_timeout_s}s "
                                      "(read_timeout_s); a client limit, not a server measurement", "timeout"), ""
-        except httpx.ConnectTimeout:
+        except httpx.ConnectTimeout as exc:
+            # httpx-aiohttp reports a refused connection as a ConnectTimeout too: only a wait that long is one
+            if time.perf_counter() - t0 < 0.9 * self.workload.connect_timeout_s:
+                return sample("error", f"cannot connect: {exc}"[:200], "connection"), ""
             return sample("timeout", f"client timeout: no connection after {self.workload.connect_timeout_s}s "
                                      "(connect_timeout_s)", "timeout"), ""
         except json.JSONDecodeError as exc:

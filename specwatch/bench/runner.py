@@ -53,6 +53,21 @@ class CellsAborted(BenchError):
         return f"CellsAborted({self})"
 
 
+async def _unreachable(client: Client, cell: CellResult) -> str | None:
+    """A cell whose requests could not connect, against a server that no longer answers /health: it went
+    away, and every later cell would only count the same failures."""
+    if not cell.failures_by_kind.get("connection"):
+        return None
+    try:
+        (await client.http.get("/health", timeout=UNREACHABLE_PROBE_S)).raise_for_status()
+    except httpx.HTTPError as exc:
+        return f"the server stopped answering ({type(exc).__name__} on /health)"
+    return None
+
+
+UNREACHABLE_PROBE_S = 5.0
+
+
 def _timed_out(cell: CellResult) -> str | None:
     """A cell whose requests hit the client's read timeout: the server hangs, and every later cell
     would wait out the same timeout; the arm stops here (its server is stopped with it)."""
@@ -143,8 +158,8 @@ async def measure_cells(
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)
-                if (hung := _timed_out(cell)) is not None:
-                    raise CellsAborted(cells, key, hung, measured=True)
+                if (gone := _timed_out(cell) or await _unreachable(client, cell)) is not None:
+                    raise CellsAborted(cells, key, gone, measured=True)
             return cells
 
 

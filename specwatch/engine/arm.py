@@ -103,7 +103,7 @@ EXIT_SEEN_S = 2.0
 def _abort_reason(handle: ServerHandle, exc: CellsAborted) -> str:
     """Why cells stopped, in the user's terms: the server died (with its log), or what the client saw."""
     deadline = time.monotonic() + EXIT_SEEN_S
-    while (code := handle.exited()) is None and time.monotonic() < deadline and not exc.measured:
+    while (code := handle.exited()) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     if code is not None:
         dead = handle.dead()
