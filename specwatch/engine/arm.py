@@ -173,8 +173,12 @@ def _launch_once(
             base["reason"] = handle.gpu_held
         if aborted is not None:
             stopped, reason = aborted
-            cells = stopped.cells if stopped.measured else [*stopped.cells,
-                                                            aborted_cell(stopped.key, spec.workload, reason)]
+            if stopped.measured:  # the cell itself came back: it is rejected for why its server went away first
+                last = stopped.cells[-1]
+                cells = [*stopped.cells[:-1], last.model_copy(update={
+                    "rejected": True, "reject_reason": "; ".join(filter(None, [reason, last.reject_reason]))})]
+            else:
+                cells = [*stopped.cells, aborted_cell(stopped.key, spec.workload, reason)]
             return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
                                              "probes": probes, "launch": handle.record, "ended_at": datetime.now(UTC)})
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,
