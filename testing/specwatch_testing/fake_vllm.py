@@ -41,6 +41,12 @@ all. `/truth` merges every process's records (one monotonic clock, one t0) and s
 `/v1/models`, `/health` answer per process. The parent supervises: a child that exits stops the
 set (exit 1); SIGTERM/SIGINT stop every child; a child whose parent died gets SIGTERM from the
 kernel (PR_SET_PDEATHSIG). `--procs 1` (the default) is one plain uvicorn process, as always.
+
+Planted faults (issue 12's fault matrix, docs/reliability.md): `--crash-after N` SIGKILLs the process on
+completion request N+1; `--hang-after N` leaves every later completion request without a byte;
+`--http-500-every N` (alias of `--fail-every`); `--bad-sse-every N` starts every Nth stream with an event
+that is not JSON; `--bad-metrics malformed|missing` answers /metrics with unparseable text or 404 after
+`--metrics-fault-after N` good scrapes; `--boot-delay-s`, `--refuse-k` for boots that never get ready.
 """
 
 from __future__ import annotations
