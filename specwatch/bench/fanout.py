@@ -173,7 +173,12 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def die_with_parent() -> None:
     """Have the kernel SIGKILL this process when its parent dies, even by SIGKILL: a client process
-    whose flow was killed must not go on loading a server (Linux; elsewhere a no-op)."""
+    whose flow was killed must not go on loading a server (Linux; elsewhere a no-op).
+
+    Ctrl-C in a terminal reaches the whole foreground group: the parent handles it and kills this
+    process, which must not print a KeyboardInterrupt traceback of its own meanwhile.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
