@@ -102,18 +102,26 @@ def validate(
 
 @app.command()
 def run(
-    file: Annotated[Path, typer.Argument(help="experiment YAML")],
+    file: Annotated[Path | None, typer.Argument(help="experiment YAML (not with --resume)")] = None,
     db: DbOption = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="write a machine-readable run summary")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", metavar="RUN_ID",
+                                               help="continue a stopped run from its run dir's results.json")] = None,
 ) -> None:
     """Run an A/B experiment: build images, launch each arm, benchmark, store, check, report."""
-    spec = _load(file)
+    if file is None and resume is not None:
+        spec, source = _resume_spec(resume)
+    elif file is not None and resume is None:
+        spec, source = _load(file), file.resolve()
+    else:
+        raise _fail("give an experiment FILE, or --resume RUN_ID to continue a stopped run (not both)")
     from flows.ab import ab  # imports prefect: only after its environment is set
 
     try:
-        outcome = ab(spec, db=str(db) if db else None, experiment_file=str(file.resolve()))
+        outcome = ab(spec, db=str(db) if db else None, experiment_file=str(source) if source else None, resume=resume)
     except KeyboardInterrupt:
-        raise _fail("interrupted; servers stopped, partial results kept in the run dir", 130) from None
+        raise _fail("interrupted; servers stopped, partial run stored (`specwatch run --resume RUN_ID` "
+                    "continues it; the run id is in the log above)", 130) from None
     except Exception as exc:  # the flow records what it measured before anything can get here
         if os.environ.get("SPECWATCH_DEBUG"):
             raise
@@ -157,6 +165,26 @@ def sweep_command(
     if json_path:
         json_path.write_text(outcome.model_dump_json(indent=1))
     raise typer.Exit(outcome.exit_code)
+
+
+def _resume_spec(run_id: str) -> tuple[ExperimentSpec, Path | None]:
+    """The experiment a stopped run ran, from its results.json (the file may have changed since)."""
+    from pydantic import ValidationError
+
+    from specwatch.store.rundir import RunDirError, read_raw
+
+    run_dir = paths.runs_dir() / run_id
+    try:
+        previous = read_raw(run_dir)
+    except (FileNotFoundError, RunDirError) as exc:
+        raise _fail(f"cannot resume {run_id}: {exc}") from None
+    try:
+        spec = ExperimentSpec.model_validate(previous.experiment)
+    except ValidationError as exc:
+        raise _fail(f"cannot resume {run_id}: its stored experiment no longer validates "
+                    f"({exc.errors(include_url=False)[0]['msg']})") from None
+    source = previous.provenance.experiment_file
+    return spec, Path(source) if source else None
 
 
 def _verdict_table(title: str, rows: list[VerdictRow]) -> Table:
@@ -306,7 +334,7 @@ def bench(
     from specwatch.bench.client import BenchError, BenchTarget
     from specwatch.bench.document import bench_document
     from specwatch.bench.gates import Gates
-    from specwatch.bench.runner import InProcess, cell_keys, prepare
+    from specwatch.bench.runner import CellsAborted, InProcess, cell_keys, prepare
 
     try:
         levels = [int(c) for c in _csv(concurrency)]
@@ -333,9 +361,12 @@ def bench(
     gates = Gates(max_prefix_cache_hit_rate, workload.repetition_flag_ratio)
     with Progress(console=err, transient=True) as progress:
         bar = progress.add_task("cells", total=total)
+        stopped = None
         try:
             asyncio.run(prepare(target, workload, sampling))
             cells = InProcess(on_cell=lambda _: progress.advance(bar)).measure(target, workload, sampling, gates)
+        except CellsAborted as exc:  # the server died or hung: show what was measured before it
+            cells, stopped = exc.cells, str(exc)
         except BenchError as exc:
             raise _fail(str(exc)) from None
     table = Table(title=f"{endpoint} {model}")
@@ -359,6 +390,8 @@ def bench(
         ended = datetime.now(UTC)
         save_result.write_text(export_cells([(c, ExportContext(model, workload.protocol, "specwatch", ended,
                                                                {"specwatch_cell": c.cell})) for c in cells]))
+    if stopped:
+        raise _fail(f"stopped at {stopped}", 4)
     raise typer.Exit(4 if any(c.rejected for c in cells) else 0)
 
 

@@ -8,15 +8,14 @@ file, or from the server's max_model_len.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger
+from prefect.runtime import flow_run
 
-from flows.ab import RunOutcome, cluster_lock, measure, new_result, stop_servers
+from flows.ab import RunOutcome, measure_guarded, new_result, stop_servers
 from specwatch import paths
-from specwatch.engine import orphans, processes
-from specwatch.engine.checkpoint import CheckpointError
+from specwatch.engine import processes
 from specwatch.records import RunResult
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec, SpecError, SweepSpec, load_spec
@@ -61,19 +60,9 @@ def sweep(
     logger.info("sweep %s: %d arm(s), depths %s, results in %s", run_id, len(spec.arms),
                 plan.depths or "powers of two up to max_model_len", run_dir)
     result = new_result(spec, run_id, experiment_file)
-    try:
-        with cluster_lock(cluster), orphans.run_lock(run_id):
-            measure(spec, result, run_dir, plan)
-    except CheckpointError as exc:
-        result.ended_at = datetime.now(UTC)
-        write_raw(result, run_dir)
-        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
-                          headline="could not run", error=f"checkpoint: {exc}")
-    except BaseException:
-        result.ended_at = datetime.now(UTC)  # Ctrl-C / cancellation: keep what was measured
-        write_raw(result, run_dir)
-        raise
-    result.ended_at = datetime.now(UTC)
+    result.flow_run_id = flow_run.id
+    if (stopped := measure_guarded(spec, result, run_dir, db_path, cluster, plan)) is not None:
+        return stopped
     try:
         ingest_run(result, run_dir, db_path)
         # restart blocks give sweep points their intervals; the A/B's single-boot band check does not apply

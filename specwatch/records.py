@@ -224,6 +224,8 @@ class RequestSample(_Record):
     prompt_tokens: int
     status: Literal["ok", "error", "timeout"]
     error: str | None = None
+    # The failure's class, counted per cell: http_<code>, timeout, connection, bad_sse, no_usage, short.
+    error_kind: str | None = None
     completion_tokens: int | None = None
     chunks: int = 0
     started_s: float = 0.0
@@ -352,6 +354,7 @@ class CellResult(_Record):
     # the window's prefix-cache hit rate is then reported, not gated.
     prefix_cache_gate: bool = True
     client: ClientCheck | None = None
+    counters_error: str | None = None  # why the window has no counters (/metrics failed or did not parse)
     depth: int | None = None  # a sweep point's context depth (flows/sweep.py); None for A/B cells
     skip_reason: str | None = None  # a sweep depth that was not run (it does not fit the server), and why
 
@@ -388,6 +391,16 @@ class CellResult(_Record):
     @property
     def requests_failed(self) -> int:
         return len(self.requests) - len(self._ok())
+
+    @property
+    def failures_by_kind(self) -> dict[str, int]:
+        """Failed requests per failure class (RequestSample.error_kind), most frequent first."""
+        counts: dict[str, int] = {}
+        for r in self.requests:
+            if r.status != "ok":
+                kind = r.error_kind or r.status
+                counts[kind] = counts.get(kind, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
     @computed_field
     @property
@@ -632,6 +645,9 @@ class ArmResult(_Record):
     cells: list[CellResult] = []
     started_at: datetime
     ended_at: datetime
+    # Written while the launch runs, so that a killed flow's results.json keeps its finished cells;
+    # `specwatch run --resume` runs such a launch again, whole.
+    in_progress: bool = False
 
 
 class QualityRecord(_Record):
@@ -681,6 +697,12 @@ class RunResult(_Record):
     quality: list[QualityRecord] = []
     started_at: datetime
     ended_at: datetime | None = None
+    # What cut the run short (Ctrl-C, cancellation, SIGTERM): it is stored as a partial run.
+    interrupted: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.interrupted is not None
 
     @property
     def regression_flagged(self) -> bool:
@@ -690,7 +712,8 @@ class RunResult(_Record):
     def incomplete(self) -> bool:
         """An arm failed or a cell was rejected/invalid: the run is a partial answer."""
         return (
-            any(a.status != "ok" for a in self.arms)
+            self.partial
+            or any(a.status != "ok" for a in self.arms)
             or any(c.rejected for a in self.arms for c in a.cells)
             or any(q.severity == "invalid" and not q.passed for q in self.quality)
         )

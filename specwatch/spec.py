@@ -442,6 +442,9 @@ class WorkloadSpec(_Strict):
     seed: Seed = 0
     connect_timeout_s: PositiveFloat = 10.0
     read_timeout_s: PositiveFloat = 300.0
+    cell_deadline_s: PositiveFloat = Field(
+        default=3600.0, description="a cell not finished this long after the one before it stops its arm (a server "
+        "trickling bytes defeats read_timeout_s)")
     repetition_flag_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
     corpus: Path | None = Field(default=None, description="JSONL prompts (prompt or messages, optional "
                                 "output_tokens) instead of prompt_classes; relative to the experiment file")
@@ -534,6 +537,9 @@ class Thresholds(_Strict):
     client_loop_lag_ms: PositiveFloat = 20.0
     client_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.9
     client_send_lateness_ms: PositiveFloat = 10.0
+    # A cell with more than this share of failed requests is rejected; 0: any failure rejects it
+    # (DOMAIN rule 10: a cell with errors is not a measurement). Below it the failures are a flag.
+    max_failed_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
 
 
 class DesignSpec(_Strict):

@@ -10,7 +10,7 @@ import pytest
 
 from specwatch.bench.client import BenchError, BenchTarget
 from specwatch.bench.gates import Gates, gate
-from specwatch.bench.runner import InProcess, prepare
+from specwatch.bench.runner import CellsAborted, InProcess, prepare
 from specwatch.records import CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, WorkloadSpec
 from specwatch_testing.server import run_fake_vllm
@@ -95,11 +95,14 @@ def test_failed_requests_reject_the_cell_with_the_reason() -> None:
 
 
 def test_client_read_timeout_is_reported_as_such() -> None:
-    with run_fake_vllm(fake("--stall-after-tokens", "5")) as url:
-        (cell,) = bench(url, workload(warmup_requests=0, requests_per_cell=1, read_timeout_s=0.5))
+    with run_fake_vllm(fake("--stall-after-tokens", "5")) as url, pytest.raises(CellsAborted) as aborted:
+        bench(url, workload(warmup_requests=0, requests_per_cell=1, read_timeout_s=0.5))
+    # the hung cell is kept, rejected with its reason, and no later cell waits out the same timeout
+    assert aborted.value.measured and "client timeout" in str(aborted.value)
+    (cell,) = aborted.value.cells
     (req,) = cell.requests
-    assert req.status == "timeout" and "client read timeout" in req.error and "read_timeout_s" in req.error
-    assert cell.rejected
+    assert req.status == "timeout" and "client timeout" in req.error and "read_timeout_s" in req.error
+    assert req.error_kind == "timeout" and cell.rejected and "timeout: 1" in cell.reject_reason
 
 
 def test_down_server_is_a_bench_error() -> None:

@@ -108,6 +108,17 @@ def test_bench_exits_4_when_a_cell_is_rejected() -> None:
     assert "rejected" in res.output
 
 
+def test_bench_keeps_the_cells_measured_before_the_server_died() -> None:
+    # warm-up + the c=1 cell's 4 requests, then a SIGKILL on the c=2 cell's second request
+    with run_fake_vllm(fake_args("--crash-after", "6")) as url:
+        res = runner.invoke(app, bench_args(url))
+    assert res.exit_code == 4, res.output
+    # the table holds the cell finished before the kill, and the one it hit, rejected with its failures
+    assert "│ ok " in res.output and "rejected: 4 of 4 requests failed (connection: 4;" in res.output
+    assert "error: stopped at cell c=2 code: the server stopped answering" in res.output
+    assert "Traceback" not in res.output
+
+
 @pytest.mark.parametrize("args,message", [
     (["--concurrency", "one"], "--concurrency 'one'"),
     (["--prompt-class", "poetry"], "--prompt-class"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import pytest
 from cli.serve import Stack, apply_deployments, start_server, start_worker
 from specwatch.engine.launchers import free_port
 from specwatch.spec import ExperimentSpec, load_spec
-from specwatch_testing.experiments import endpoint_ab
+from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
+from specwatch_testing.records import query
 from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
@@ -154,3 +156,60 @@ def test_ui_shows_the_finished_runs_report_table(stack: Stack, finished_run, bro
     text = page.inner_text("body")
     screenshot(page, "ui-report-table-artifact")
     assert "base" in text and "decode_tok_s" in text
+
+
+def test_cancelling_a_deployed_run_stops_its_servers_and_stores_it_partial(stack: Stack, finished_run,
+                                                                          tmp_path: Path) -> None:
+    """Cancellation from the API (as the UI's Cancel button): the worker SIGTERMs the flow run's process."""
+    _, _, _, _, api = finished_run
+    db = tmp_path / "h.duckdb"
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    slow = ("{python} -m specwatch_testing.fake_vllm --port {port} --served-model-name {served_name} "
+            "--spec-config {spec_config} --step-ms 40")
+    ngram = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
+    exp = {"name": "cancelled", "model": {"path": str(ckpt), "served_name": "demo"},
+           "images": [{"name": "py", "backend": "python", "python": sys.executable}],
+           "arms": [{"name": n, "image": "py", "launcher": "command", "command": slow, "speculative": ngram}
+                    for n in ("base", "cand")],
+           "baseline": "base", "design": {"blocks": 1, "probes": 0}, "thresholds": LOOSE_CLIENT_GATES,
+           "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 24, "max_tokens": 48,
+                        "concurrency": [1], "requests_per_cell": 8, "warmup_requests": 1}}
+    deployment = call(api.get, "/deployments/name/specwatch-ab/ab-on-demand").json()
+    before = set((stack.home / "runs").glob("*"))
+    run = call(api.post, f"/deployments/{deployment['id']}/create_flow_run",
+               json={"parameters": {"experiment": exp, "db": str(db)}}).json()
+    deadline = time.monotonic() + 180
+    server = None
+    while server is None:  # a finished cell in results.json, and the launch's server from its state-dir record
+        assert time.monotonic() < deadline, "the deployed run never finished a cell"
+        for run_dir in set((stack.home / "runs").glob("*")) - before:
+            try:
+                doc = json.loads((run_dir / "results.json").read_text())
+            except (OSError, ValueError):
+                continue
+            traces = list((stack.home / "state" / "launches" / doc["run_id"]).glob("*.json"))
+            if any(a["in_progress"] and a["cells"] for a in doc["arms"]) and traces:
+                server = int(json.loads(traces[0].read_text())["ident"])
+        time.sleep(0.2)
+    cancelled_at = time.monotonic()
+    call(api.post, f"/flow_runs/{run['id']}/set_state", json={"state": {"type": "CANCELLING"}, "force": True})
+    while _group_alive(server) and time.monotonic() - cancelled_at < 60:
+        time.sleep(0.1)
+    assert not _group_alive(server), "the cancelled run's server was left running"
+    assert time.monotonic() - cancelled_at < 10 + 2 * 2  # 10 s, plus up to two worker polls (query_seconds=2)
+    while call(api.get, f"/flow_runs/{run['id']}").json()["state"]["type"] not in ("CANCELLED", "CRASHED", "FAILED"):
+        assert time.monotonic() - cancelled_at < 60
+        time.sleep(1)
+    ((partial, arms, cells),) = query(db, "select partial, (select count(*) from arms), (select count(*) from cells) "
+                                          "from runs")
+    assert partial and arms >= 1 and cells >= 1  # what it had measured was stored, marked partial
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

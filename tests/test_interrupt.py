@@ -1,4 +1,9 @@
-"""SIGTERM (how a Prefect worker cancels a run) and Ctrl-C must leave no server behind."""
+"""SIGTERM (how a Prefect worker cancels a run) and Ctrl-C must leave no server behind, within 10 s, also
+with both cores kept busy by another process.
+
+The signal lands in a cell, so in the client process the cells run in (bench/runner.py `Isolated`): this
+test timed out once in four on a loaded host while the interrupted flow waited out that child's cells.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -34,7 +40,7 @@ spec = ExperimentSpec.model_validate({
               "speculative": {"method": "ngram", "k": 2, "prompt_lookup_max": 3}}],
     "baseline": "a", "design": {"blocks": 1, "probes": 0},
     "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 400, "concurrency": [1],
-                 "requests_per_cell": 20, "warmup_requests": 1}})
+                 "requests_per_cell": 20, "warmup_requests": 0}})
 image = ImageRef(name="i", backend="venv", python=Path(sys.executable))
 ctx = LaunchContext(model_dir=Path(sys.argv[1]), served_name="demo", arm_dir=Path(sys.argv[1]) / "arm")
 run_arm(spec.arms[0], spec, image, ctx, None, "ns")
@@ -61,8 +67,23 @@ def wait_for_a_request_in_flight(log: Path, proc: subprocess.Popen, timeout: flo
         time.sleep(0.1)
 
 
+STOP_BUDGET_S = 10.0
+
+
+@pytest.fixture
+def busy_cores() -> Iterator[None]:
+    """Another process keeping every core busy (a loaded CI host)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_mid_cell_stops_the_server(tmp_path: Path, sig: int) -> None:
+def test_signal_mid_cell_stops_the_server(tmp_path: Path, sig: int, busy_cores: None) -> None:
     before = set(fake_servers())
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -75,8 +96,12 @@ def test_signal_mid_cell_stops_the_server(tmp_path: Path, sig: int) -> None:
         raise
     started = set(fake_servers()) - before
     assert started, "the fake server should be running now"
+    signalled = time.monotonic()
     os.kill(proc.pid, sig)
+    while set(fake_servers()) & started and time.monotonic() - signalled < 30:
+        time.sleep(0.05)
+    stopped_s = time.monotonic() - signalled
+    assert not (set(fake_servers()) & started), "a server was left behind"
+    assert stopped_s < STOP_BUDGET_S, f"servers took {stopped_s:.1f}s to stop"
     proc.wait(30)
     assert proc.returncode != 0  # interrupted, not finished
-    time.sleep(0.5)
-    assert not (set(fake_servers()) & started), "a server was left behind"

@@ -14,14 +14,15 @@ from specwatch.bench.metrics import window
 from specwatch.bench.prompts import Prompt, nonce, repetition_ratio
 from specwatch.bench.selfcheck import merge
 from specwatch.export.peer_dataset import write_cell_dataset
-from specwatch.records import CellKey, CellResult
+from specwatch.records import CellKey, CellResult, SpecWindow
+from specwatch.spec import WorkloadSpec
 
 # Prompts calibrated at once before a cell (each a bisection of /tokenize calls): enough to keep a
 # server's tokenizer busy, few enough that no server sees a burst of connections.
 CALIBRATION_CONCURRENCY = 32
 # A GPU server compiles kernels (Triton, ptxas) the first time it runs a batch shape, also after
 # boot: on an H200 the first c=64 cell of a launch ran at 60% of the same cell a minute later, the
-# server's own TPOT as slow as the client's (benchmarks/README.md, section 6). The launch's
+# server's own TPOT as slow as the client's (benchmarks/README.md, section 7). The launch's
 # warm-up requests run one at a time; a wave at the cell's concurrency, just before its window,
 # runs the cell's batch shapes once. Short requests: only the shapes matter.
 WAVE_TOKENS = 16
@@ -114,5 +115,14 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
         requests=samples,
         prefix_cache_gate=wl.nonce and not source.reuses_prefixes,
         client=merge(run.checks, wl.client_transport, samples),
+        counters_error=before.error or outcome.after.error,
     )
     return gate(cell, gates)
+
+
+def aborted_cell(key: CellKey, wl: WorkloadSpec, reason: str) -> CellResult:
+    """A cell that never finished (its server died or hung): kept as a rejected record with its reason."""
+    return CellResult(load_mode=key.load, concurrency=key.concurrency, request_rate=key.rate,
+                      ramp_from_rate=key.ramp_from, prompt_class=key.prompt_class, prompt_tokens=key.prompt_tokens,
+                      max_tokens=wl.max_tokens, wall_s=0.0, window=SpecWindow(), requests=[], rejected=True,
+                      reject_reason=reason, counters_error="the cell never finished")

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from specwatch.bench.metrics import MetricsSnapshot, parse_metrics
+from specwatch.bench.metrics import MetricsError, MetricsSnapshot, parse_metrics
 from specwatch.bench.prompts import Conversation, Prompt, user
 from specwatch.bench.protocols import RequestProtocol, protocol_for
 from specwatch.bench.transports import transport_for
@@ -46,6 +46,9 @@ def _timeout(workload: WorkloadSpec) -> httpx.Timeout:
         connect=workload.connect_timeout_s, read=workload.read_timeout_s, write=30.0, pool=workload.read_timeout_s
     )
 
+
+# Pauses between tries of a failed /metrics scrape (Client.metrics).
+METRICS_BACKOFF_S = (0.2, 0.5)
 
 # Besides its streams a cell keeps a /metrics poll and its window's snapshots in flight.
 SPARE_CONNECTIONS = 4
@@ -94,9 +97,19 @@ class Client:
         return body.get("tokens") or [0] * int(body["count"])
 
     async def metrics(self) -> MetricsSnapshot:
-        resp = await self.http.get("/metrics")
-        resp.raise_for_status()
-        return parse_metrics(resp.text)
+        """The counters now. A scrape is safe to repeat, so a failed one is retried with backoff; when
+        all fail, the snapshot carries the reason and no counters (the cell then says so), never an exception."""
+        error = ""
+        for delay in (*METRICS_BACKOFF_S, None):
+            try:
+                resp = await self.http.get("/metrics")
+                resp.raise_for_status()
+                return parse_metrics(resp.text)
+            except (httpx.HTTPError, MetricsError) as exc:
+                error = str(exc) if isinstance(exc, MetricsError) else f"/metrics: {type(exc).__name__}: {exc}"[:200]
+            if delay is not None:
+                await asyncio.sleep(delay)
+        return MetricsSnapshot(error=f"{error} (after {len(METRICS_BACKOFF_S) + 1} tries)")
 
     async def metrics_text(self) -> str:
         resp = await self.http.get("/metrics")
@@ -152,7 +165,7 @@ class Client:
         gaps: list[float] = []
         spec: dict[str, Any] = {}
 
-        def sample(status: str, error: str | None = None) -> RequestSample:
+        def sample(status: str, error: str | None = None, kind: str | None = None) -> RequestSample:
             now = t_end or time.perf_counter()
             itl: dict[int, int] = {}
             for g in gaps:
@@ -164,6 +177,7 @@ class Client:
                 prompt_tokens=prompt.tokens,
                 status=status,
                 error=error,
+                error_kind=kind,
                 completion_tokens=(usage or {}).get("completion_tokens"),
                 chunks=chunks,
                 started_s=t0,
@@ -184,7 +198,7 @@ class Client:
                                         headers={"x-request-id": request_id}) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode(errors="replace")[:200]
-                    return sample("error", f"HTTP {resp.status_code}: {text}"), ""
+                    return sample("error", f"HTTP {resp.status_code}: {text}", f"http_{resp.status_code}"), ""
                 # The hot path only stamps each read as it returns and keeps its bytes: splitting
                 # events and parsing JSON wait until the stream ended, so no read is stamped late
                 # because the previous one was still being parsed. Raw bytes: SSE is not compressed.
@@ -199,6 +213,8 @@ class Client:
                         if not line.startswith(b"data:") or (payload := line[5:].strip()) == b"[DONE]":
                             continue
                         event = json.loads(payload)
+                        if not isinstance(event, dict):
+                            raise json.JSONDecodeError("an SSE event that is not a JSON object", payload.decode(), 0)
                         if event.get("usage"):
                             usage = event["usage"]
                             # vLLM --per-request-spec-decode-metrics: rides on the final usage chunk.
@@ -214,15 +230,24 @@ class Client:
                                 parts.append(text)
                                 ids.extend(token_ids)
         except httpx.ReadTimeout:
-            return sample("timeout", f"client read timeout: no bytes for {self.workload.read_timeout_s}s "
-                                     "(read_timeout_s); a client limit, not a server measurement"), ""
-        except httpx.ConnectTimeout:
-            return sample("timeout", f"client connect timeout after {self.workload.connect_timeout_s}s"), ""
-        except (httpx.HTTPError, json.JSONDecodeError) as exc:
-            return sample("error", f"{type(exc).__name__}: {exc}"[:200]), ""
+            return sample("timeout", f"client timeout: no bytes for {self.workload.read_timeout_s}s "
+                                     "(read_timeout_s); a client limit, not a server measurement", "timeout"), ""
+        except httpx.ConnectTimeout as exc:
+            # httpx-aiohttp reports a refused connection as a ConnectTimeout too: only a wait that long is one
+            if time.perf_counter() - t0 < 0.9 * self.workload.connect_timeout_s:
+                return sample("error", f"cannot connect: {exc}"[:200], "connection"), ""
+            return sample("timeout", f"client timeout: no connection after {self.workload.connect_timeout_s}s "
+                                     "(connect_timeout_s)", "timeout"), ""
+        except json.JSONDecodeError as exc:
+            return sample("error", f"malformed SSE event: {exc}"[:200], "bad_sse"), ""
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            return sample("error", f"{type(exc).__name__}: {exc}"[:200], "connection"), ""
+        except httpx.HTTPError as exc:
+            return sample("error", f"{type(exc).__name__}: {exc}"[:200], "http"), ""
         if usage is None:
-            return sample("error", "stream carried no usage; the server must honour stream_options.include_usage"), ""
+            return sample("error", "stream carried no usage; the server must honour stream_options.include_usage",
+                          "no_usage"), ""
         if usage.get("completion_tokens") != max_tokens:
             return sample("error", f"completion_tokens {usage.get('completion_tokens')} != max_tokens {max_tokens} "
-                                   "(server ignored ignore_eos/min_tokens)"), ""
+                                   "(server ignored ignore_eos/min_tokens)", "short"), ""
         return sample("ok"), ids or "".join(parts)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
 import math
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -166,8 +168,24 @@ def _work(job: WorkerJob) -> LoadRun:
     return run_on_loop(job.workload.client_transport, _run_job(job))
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies, even by SIGKILL: a client process
+    whose flow was killed must not go on loading a server (Linux; elsewhere a no-op).
+
+    Ctrl-C in a terminal reaches the whole foreground group: the parent handles it and kills this
+    process, which must not print a KeyboardInterrupt traceback of its own meanwhile.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _ready(transport: str) -> int:
     """Import what a job will use (aiohttp, uvloop: a few hundred ms), so the first cell starts on time."""
+    die_with_parent()
     t = transport_for(transport)
     t.loop().close()
     t.make(httpx.Limits())

@@ -18,20 +18,26 @@ class Gates:
     client_loop_lag_ms: float = _DEFAULT.client_loop_lag_ms
     client_cpu_share: float = _DEFAULT.client_cpu_share
     client_send_lateness_ms: float = _DEFAULT.client_send_lateness_ms
+    max_failed_share: float = _DEFAULT.max_failed_share
 
     @classmethod
     def of(cls, spec: ExperimentSpec) -> Gates:
         t = spec.thresholds
         return cls(t.max_prefix_cache_hit_rate, spec.workload.repetition_flag_ratio, t.client_loop_lag_ms,
-                   t.client_cpu_share, t.client_send_lateness_ms)
+                   t.client_cpu_share, t.client_send_lateness_ms, t.max_failed_share)
 
 
 def gate(cell: CellResult, gates: Gates) -> CellResult:
     """Reject cells whose numbers cannot be trusted; flag the suspicious ones. Pure, so testable."""
-    reasons = []
+    reasons, flags = [], []
     if cell.requests_failed:
         first = next(r for r in cell.requests if r.status != "ok")
-        reasons.append(f"{cell.requests_failed} of {len(cell.requests)} requests failed (first: {first.error})")
+        kinds = ", ".join(f"{kind}: {n}" for kind, n in cell.failures_by_kind.items())
+        failed = f"{cell.requests_failed} of {len(cell.requests)} requests failed ({kinds}; first: {first.error})"
+        if cell.requests_failed > gates.max_failed_share * len(cell.requests):
+            reasons.append(failed)
+        else:
+            flags.append(f"{failed}, within max_failed_share {gates.max_failed_share:g}")
     client = cell.client and saturation(cell.client, gates.client_loop_lag_ms, gates.client_cpu_share,
                                         gates.client_send_lateness_ms)
     if client:
@@ -53,7 +59,9 @@ def gate(cell: CellResult, gates: Gates) -> CellResult:
     hit = cell.window.prefix_cache_hit_rate
     if cell.prefix_cache_gate and hit is not None and hit >= gates.max_prefix_cache_hit_rate:
         reasons.append(f"prefix-cache hit rate {hit:.1%} >= {gates.max_prefix_cache_hit_rate:.0%}: prompts were cached")
-    flags = []
+    if cell.counters_error or all(v is None for v in cell.window.model_dump().values()):
+        flags.append(f"no counters in this cell's window: {cell.counters_error or 'the server exposes none'}; "
+                     "acceptance figures are missing, not zero")
     rep = cell.repetition_ratio_median
     if rep is not None and rep > gates.repetition_flag_ratio:
         flags.append(f"acceptance may be inflated by repetition (median repetition ratio {rep:.2f})")

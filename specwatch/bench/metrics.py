@@ -33,6 +33,8 @@ class MetricsSnapshot:
     totals: dict[str, float] = field(default_factory=dict)
     per_position: dict[int, float] = field(default_factory=dict)
     kv_cache_tokens: int | None = None  # capacity, from vllm:cache_config_info (summed over engines)
+    error: str | None = None  # why there are no counters: /metrics failed or did not parse
+
 
     @property
     def positions(self) -> int:
@@ -44,10 +46,21 @@ CACHE_CONFIG_INFO = "vllm:cache_config_info"
 _KV_USAGE_LINE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})?\s+(\S+)", re.MULTILINE)
 
 
+def _floats(values: list[str]) -> list[float]:
+    """The samples that are numbers: a malformed line is skipped, never an exception in a cell's loop."""
+    out = []
+    for v in values:
+        try:
+            out.append(float(v))
+        except ValueError:
+            continue
+    return out
+
+
 def kv_cache_usage(text: str) -> float | None:
     """vllm:kv_cache_usage_perc (a 0..1 share despite its name), fullest engine; a regex, like running_requests."""
-    values = _KV_USAGE_LINE.findall(text)
-    return max(float(v) for v in values) if values else None
+    values = _floats(_KV_USAGE_LINE.findall(text))
+    return max(values) if values else None
 
 
 def _capacity(labels: dict[str, str]) -> int | None:
@@ -68,11 +81,24 @@ def running_requests(text: str) -> float | None:
     parse of vLLM's ~670-line exposition takes ~9 ms there, and every chunk arriving
     meanwhile would be stamped late; a regex over the text takes well under 1 ms.
     """
-    values = _RUNNING_LINE.findall(text)
-    return sum(float(v) for v in values) if values else None
+    values = _floats(_RUNNING_LINE.findall(text))
+    return sum(values) if values else None
+
+
+class MetricsError(ValueError):
+    """/metrics answered with text that is not Prometheus exposition (or not vLLM's labels)."""
 
 
 def parse_metrics(text: str) -> MetricsSnapshot:
+    """The counters specwatch reads; MetricsError (one line, no traceback) when the text does not parse."""
+    try:
+        return _parse(text)
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise MetricsError(f"/metrics did not parse: {type(exc).__name__}: {' '.join(str(exc).split())[:120]}") \
+            from None
+
+
+def _parse(text: str) -> MetricsSnapshot:
     wanted = {name: key for key, name in COUNTERS.items()}
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
@@ -92,7 +118,10 @@ def parse_metrics(text: str) -> MetricsSnapshot:
 
 
 def window(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecWindow:
-    """Counter deltas; a counter the server does not expose stays None, never 0."""
+    """Counter deltas; a counter the server does not expose stays None, never 0 (nor does any when a
+    snapshot failed: a delta against a missing snapshot would be a lifetime total)."""
+    if before.error or after.error:
+        return SpecWindow()
 
     def delta(key: str) -> float | None:
         if key not in after.totals:

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import multiprocessing
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from typing import Protocol
+
+import httpx
 
 from specwatch.bench.cell import run_cell
 from specwatch.bench.client import BenchError, BenchTarget, Client
 from specwatch.bench.corpus import sources
-from specwatch.bench.fanout import FanOut, cell_streams, workers_for
+from specwatch.bench.fanout import FanOut, cell_streams, die_with_parent, workers_for
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
 from specwatch.bench.prompts import PromptRequest
@@ -28,6 +32,47 @@ from specwatch.spec import SamplingSpec, WorkloadSpec
 log = logging.getLogger("specwatch.bench")
 
 CellCallback = Callable[[CellResult], None]
+
+
+class CellsAborted(BenchError):
+    """The cells stopped before the last one: the server went away or hung during cell `key`.
+
+    Carries the cells finished before it, so that they are kept; plain arguments, so that it
+    crosses a process boundary (Isolated) intact.
+    """
+
+    def __init__(self, cells: list[CellResult], key: CellKey, reason: str, measured: bool = False) -> None:
+        """`measured`: the last of `cells` is cell `key` itself (rejected by its gates), else it never finished."""
+        super().__init__(cells, key, reason, measured)
+        self.cells, self.key, self.reason, self.measured = cells, key, reason, measured
+
+    def __str__(self) -> str:
+        return f"cell {self.key.label}: {self.reason}"
+
+    def __repr__(self) -> str:  # what a log shows: the reason, not every cell it carries
+        return f"CellsAborted({self})"
+
+
+async def _unreachable(client: Client, cell: CellResult) -> str | None:
+    """A cell whose requests could not connect, against a server that no longer answers /health: it went
+    away, and every later cell would only count the same failures."""
+    if not cell.failures_by_kind.get("connection"):
+        return None
+    try:
+        (await client.http.get("/health", timeout=UNREACHABLE_PROBE_S)).raise_for_status()
+    except httpx.HTTPError as exc:
+        return f"the server stopped answering ({type(exc).__name__} on /health)"
+    return None
+
+
+UNREACHABLE_PROBE_S = 5.0
+
+
+def _timed_out(cell: CellResult) -> str | None:
+    """A cell whose requests hit the client's read timeout: the server hangs, and every later cell
+    would wait out the same timeout; the arm stops here (its server is stopped with it)."""
+    first = next((r for r in cell.requests if r.status == "timeout"), None)
+    return None if first is None else f"{cell.failures_by_kind.get('timeout', 0)} request(s) hit the {first.error}"
 PROBE_NAMESPACE = "specwatch-probe"  # fixed: every arm answers the very same probe prompts
 
 
@@ -98,9 +143,12 @@ async def measure_cells(
         # them inside the client, where the send-time lateness cannot see it.
         streams = max(cell_streams(workload, k) for k in keys)
         async with Client(target, workload, sampling, streams=streams) as client:
-            cells = []
+            cells: list[CellResult] = []
             for key in keys:
-                cell = await run_cell(client, key, gates, fan)
+                try:
+                    cell = await run_cell(client, key, gates, fan)
+                except (httpx.HTTPError, BenchError, OSError) as exc:  # the server went away mid-cell
+                    raise CellsAborted(cells, key, f"{type(exc).__name__}: {exc}"[:300]) from None
                 mal = cell.window.mean_acceptance_length
                 log.info(
                     "cell %s: decode %.1f tok/s, mean acceptance length %s%s",
@@ -110,12 +158,20 @@ async def measure_cells(
                 cells.append(cell)
                 if on_cell:
                     on_cell(cell)
+                if (gone := _timed_out(cell) or await _unreachable(client, cell)) is not None:
+                    raise CellsAborted(cells, key, gone, measured=True)
             return cells
 
 
 class CellRunner(Protocol):
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]: ...
+
+
+class StreamingRunner(CellRunner, Protocol):
+    """A runner that can hand each cell to a callback as it finishes (what `Isolated` runs)."""
+
+    def streaming(self, on_cell: CellCallback) -> CellRunner: ...
 
 
 @dataclass(frozen=True)
@@ -126,13 +182,27 @@ class InProcess:
                 gates: Gates) -> list[CellResult]:
         return run_on_loop(workload.client_transport, measure_cells(target, workload, sampling, gates, self.on_cell))
 
+    def streaming(self, on_cell: CellCallback) -> InProcess:
+        return replace(self, on_cell=on_cell)
 
-def _measure_in_child(runner: CellRunner, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
-                      gates: Gates) -> list[CellResult]:
+
+def _measure_in_child(conn: Connection, runner: StreamingRunner, target: BenchTarget, workload: WorkloadSpec,
+                      sampling: SamplingSpec, gates: Gates) -> None:
+    """The child's side: each cell goes back to the parent as it finishes, then ("done", None) or the error."""
+    die_with_parent()
     # A spawned process starts with default logging: keep per-cell progress visible on stderr.
     logging.basicConfig(format="%(asctime)s | %(levelname)-7s | %(name)s - %(message)s")
     logging.getLogger("specwatch").setLevel(logging.INFO)
-    return runner.measure(target, workload, sampling, gates)
+    try:
+        runner.streaming(lambda cell: conn.send(("cell", cell))).measure(target, workload, sampling, gates)
+    except BenchError as exc:
+        conn.send(("error", exc))
+    except Exception as exc:  # anything else still reaches the parent as one line, not a dead pipe
+        conn.send(("error", BenchError(f"client process: {type(exc).__name__}: {exc}"[:300])))
+    else:
+        conn.send(("done", None))
+    finally:
+        conn.close()
 
 
 @dataclass(frozen=True)
@@ -143,15 +213,46 @@ class Isolated:
     Prefect's log and event threads hold the GIL often enough to stall that loop, so
     chunks pile up and are stamped together (bursts seen in whole-flow runs, not in a
     bare client against the same server).
+
+    Each cell comes back as it finishes (`on_cell` sees it then), so a cell that dies keeps the
+    ones before it. On any interrupt (Ctrl-C, SIGTERM, cancellation) the child is killed at once
+    rather than waited for: a pool's shutdown would wait out the running cell, and the server
+    stop behind it (the SIGINT timeouts of tests/test_interrupt.py on a loaded host).
     """
 
-    inner: CellRunner = InProcess()
+    on_cell: CellCallback | None = None
+    inner: StreamingRunner = InProcess()  # what the child runs (a sweep's depths: bench/sweep.py)
 
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
-        import multiprocessing  # only the flow's path pays for these imports
-        from concurrent.futures import ProcessPoolExecutor
-
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-            return pool.submit(_measure_in_child, self.inner, target, workload, sampling, gates).result()
+        ours, theirs = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_measure_in_child, args=(theirs, self.inner, target, workload, sampling, gates),
+                            name="specwatch-cells")
+        cells: list[CellResult] = []
+        try:
+            child.start()
+            theirs.close()
+            keys = cell_keys(workload)
+            while True:
+                if not ours.poll(workload.cell_deadline_s):  # one deadline per cell, from the one before
+                    raise CellsAborted(cells, keys[min(len(cells), len(keys) - 1)],
+                                       f"not finished within {workload.cell_deadline_s:g}s (cell_deadline_s)")
+                try:
+                    kind, payload = ours.recv()
+                except EOFError:
+                    child.join(5)
+                    raise BenchError(f"the client process died (exit {child.exitcode})") from None
+                if kind == "cell":
+                    cells.append(payload)
+                    if self.on_cell:
+                        self.on_cell(payload)
+                elif kind == "error":
+                    raise payload
+                else:
+                    return cells
+        finally:
+            if child.is_alive():
+                child.kill()  # its fan-out workers follow it (die_with_parent)
+            child.join(5)
+            ours.close()

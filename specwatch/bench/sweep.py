@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specwatch.analysis.loops import LOOP_FLAG, is_loop
 from specwatch.bench.client import BenchTarget, Client
 from specwatch.bench.gates import Gates, gate
 from specwatch.bench.metrics import window
 from specwatch.bench.prompts import SOURCES, PromptRequest, repetition_ratio
+from specwatch.bench.runner import CellCallback
 from specwatch.bench.transports import run_on_loop
 from specwatch.records import CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, SweepSpec, WorkloadSpec
@@ -78,7 +79,7 @@ async def measure_depth(client: Client, sweep: SweepSpec, depth: int, gates: Gat
 
 
 async def measure_sweep(target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec, gates: Gates,
-                        sweep: SweepSpec) -> list[CellResult]:
+                        sweep: SweepSpec, on_cell: CellCallback | None = None) -> list[CellResult]:
     """Every depth of the sweep on one server, smallest first; those beyond its max_model_len are skipped."""
     async with Client(target, workload, sampling) as client:
         served = await client.max_model_len()
@@ -92,6 +93,8 @@ async def measure_sweep(target: BenchTarget, workload: WorkloadSpec, sampling: S
             else:
                 cells.append(await measure_depth(client, sweep, depth, gates))
             c = cells[-1]
+            if on_cell:
+                on_cell(c)
             mal = c.window.mean_acceptance_length
             log.info("depth %d: %s", depth, c.skip_reason or
                      f"decode {c.decode_tok_s_median or 0:.1f} tok/s, mean acceptance length "
@@ -104,7 +107,12 @@ class SweepRunner:
     """Measures a launch's sweep depths in this process (a CellRunner; the flow isolates it, tasks/arms.py)."""
 
     sweep: SweepSpec
+    on_cell: CellCallback | None = None
 
     def measure(self, target: BenchTarget, workload: WorkloadSpec, sampling: SamplingSpec,
                 gates: Gates) -> list[CellResult]:
-        return run_on_loop(workload.client_transport, measure_sweep(target, workload, sampling, gates, self.sweep))
+        return run_on_loop(workload.client_transport,
+                           measure_sweep(target, workload, sampling, gates, self.sweep, self.on_cell))
+
+    def streaming(self, on_cell: CellCallback) -> SweepRunner:
+        return replace(self, on_cell=on_cell)

@@ -5,16 +5,19 @@ recorded outcome with its reason, never an exception out of here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
+from specwatch.bench.cell import aborted_cell
 from specwatch.bench.client import BenchError, BenchTarget
 from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import MetricsSnapshot
-from specwatch.bench.runner import CellRunner, Isolated, prepare, probe
+from specwatch.bench.runner import CellRunner, CellsAborted, Isolated, prepare, probe
 from specwatch.engine import gpu
 from specwatch.engine.checkpoint import arm_constraint_violations
 from specwatch.engine.handle import ServerHandle
@@ -23,6 +26,7 @@ from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef
 from specwatch.spec import ArmSpec, ExperimentSpec
 
+log = logging.getLogger("specwatch.arm")
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
 _KV_IN_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
 
@@ -30,7 +34,7 @@ _KV_IN_LOG = re.compile(r"KV cache size: ([\d,]+) tokens")
 def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> float:
     """Boot time until /health answers; LaunchError (BootExit if a member died) otherwise."""
     try:
-        return wait_healthy(f"{handle.base_url}/health", timeout_s, handle.exited, poll_s)
+        boot_s = wait_healthy(f"{handle.base_url}/health", timeout_s, handle.exited, poll_s)
     except ExitedBeforeReady:
         dead = handle.dead()
         who = "server" if dead is None or dead.role == "server" else f"{dead.role} rank on {dead.host}"
@@ -39,6 +43,12 @@ def wait_ready(handle: ServerHandle, timeout_s: float, poll_s: float = 1.0) -> f
     except NotReady:
         raise LaunchError(f"server not ready after {timeout_s:.0f}s (boot_timeout_s); log: {handle.log_tail()}") \
             from None
+    # A port taken between choosing and binding it: whoever answered /health is not this arm's server.
+    if taken := handle.foreign_listeners():
+        raise LaunchError(f"{'; '.join(taken)} holds the arm's port, so /health was answered by another "
+                          "server; nothing was measured against it (free the port, or rerun: a new free "
+                          f"port is chosen per launch); log: {handle.log_tail()}")
+    return boot_s
 
 
 def k_from_log(log_path: Path | None) -> int | None:
@@ -86,6 +96,22 @@ def record_kv_capacity(handle: ServerHandle, snapshot: MetricsSnapshot) -> None:
                                                      "kv_cache_source": None if tokens is None else source})
 
 
+# After a connection fails, how long a dying server may take to be seen as exited.
+EXIT_SEEN_S = 2.0
+
+
+def _abort_reason(handle: ServerHandle, exc: CellsAborted) -> str:
+    """Why cells stopped, in the user's terms: the server died (with its log), or what the client saw."""
+    deadline = time.monotonic() + EXIT_SEEN_S
+    while (code := handle.exited()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if code is not None:
+        dead = handle.dead()
+        who = "server" if dead is None or dead.role == "server" else f"{dead.role} rank on {dead.host}"
+        return f"{who} exited (code {code}) during the cell {exc.key.label}; log: {handle.log_tail(member=dead)}"
+    return f"{exc}; server stopped"
+
+
 def run_arm(
     arm: ArmSpec,
     spec: ExperimentSpec,
@@ -128,6 +154,7 @@ def _launch_once(
         return ArmResult.model_validate({**base, "status": "refused", "reason": "; ".join(refusals),
                                          "ended_at": datetime.now(UTC)})
     handle: ServerHandle | None = None
+    aborted: tuple[CellsAborted, str] | None = None
     try:
         with launcher_for(arm, image).start(arm, image, ctx) as handle:
             boot_s = wait_ready(handle, arm.boot_timeout_s)
@@ -137,7 +164,23 @@ def _launch_once(
             confirm_k(arm, handle, snapshot)
             record_kv_capacity(handle, snapshot)
             probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
-            cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
+            try:
+                cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
+            except CellsAborted as exc:
+                aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
+        if handle.gpu_held:  # the measurement stands; the next launch's precheck would refuse this GPU
+            log.warning("arm %s block %d: %s", arm.name, block, handle.gpu_held)
+            base["reason"] = handle.gpu_held
+        if aborted is not None:
+            stopped, reason = aborted
+            if stopped.measured:  # the cell itself came back: it is rejected for why its server went away first
+                last = stopped.cells[-1]
+                cells = [*stopped.cells[:-1], last.model_copy(update={
+                    "rejected": True, "reject_reason": "; ".join(filter(None, [reason, last.reject_reason]))})]
+            else:
+                cells = [*stopped.cells, aborted_cell(stopped.key, spec.workload, reason)]
+            return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
+                                             "probes": probes, "launch": handle.record, "ended_at": datetime.now(UTC)})
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,
                                          "probes": probes, "ended_at": datetime.now(UTC)})
     except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:

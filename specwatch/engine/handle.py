@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from specwatch.engine import orphans, processes
+from specwatch.engine import gpu, orphans, processes
 from specwatch.engine.orphans import LaunchTrace
 from specwatch.records import LaunchRecord
 from specwatch.redact import redact_text
@@ -44,9 +44,21 @@ class ProcessMember:
     role: str = "server"
     grace_s: float = 20.0  # SIGTERM, then SIGKILL after this long
     trace: LaunchTrace | None = None  # its record in the state dir (specwatch.engine.orphans)
+    local_port: bool = True  # its port is in this machine's network namespace (no netns, no SSH)
 
     def exit_code(self) -> int | None:
         return self.proc.poll()
+
+    def foreign_listener(self) -> str | None:
+        """Who else serves this member's port, when a process outside its group does (None: ours, or unknown)."""
+        if self.port is None or not self.local_port:
+            return None
+        held = processes.listeners(self.port)
+        if not held or any(processes.in_group(pid, self.proc.pid) for pid in held):
+            return None
+        pid = min(held)
+        cmd = orphans.process_identity(pid)
+        return f"pid {pid}" + (f" ({cmd[1][:80]})" if cmd else "")
 
     def sync_log(self) -> None:
         pass  # the process writes log_path itself
@@ -62,6 +74,7 @@ class ServerHandle:
     record: LaunchRecord
     members: list[Member] = field(default_factory=list)
     secrets: list[str] = field(default_factory=list)  # values hidden in log tails and, once stopped, in the logs
+    gpu_held: str | None = None  # after stop: what of it still holds GPU memory (specwatch.engine.gpu)
 
     def __enter__(self) -> ServerHandle:
         return self
@@ -71,7 +84,16 @@ class ServerHandle:
 
     def stop(self) -> None:
         """Every member, the last started first; ranks stop in parallel so none waits on another.
-        Then the secrets are scrubbed from their logs (a server may log its args: vLLM does)."""
+        Then the secrets are scrubbed from their logs (a server may log its args: vLLM does) and, on
+        a GPU host, the GPU memory its processes held is checked to be released (`gpu_held` says
+        what is not)."""
+        watched = {pid for m in self.members if isinstance(m, ProcessMember) and gpu.gpu_present()
+                   for pid in processes.group_pids(m.proc.pid)}
+        self._stop_members()
+        self.scrub_logs()
+        self.gpu_held = gpu.released_after_stop(watched)
+
+    def _stop_members(self) -> None:
         if len(self.members) == 1:
             self.members[0].stop()
         else:
@@ -81,7 +103,6 @@ class ServerHandle:
                 t.start()
             for t in threads:
                 t.join()
-        self.scrub_logs()
 
     def scrub_logs(self) -> None:
         if not self.secrets:
@@ -102,6 +123,11 @@ class ServerHandle:
     def sync_logs(self) -> None:
         for member in self.members:
             member.sync_log()
+
+    def foreign_listeners(self) -> list[str]:
+        """'port N: pid P (cmd)' for each member whose port another process holds: a taken port."""
+        return [f"port {m.port}: {who}" for m in self.members
+                if isinstance(m, ProcessMember) and (who := m.foreign_listener()) is not None]
 
     def dead(self) -> Member | None:
         """The first member that ended, if one did."""

@@ -3,7 +3,7 @@
 Every launched server process or container is recorded in the state dir while it lives, and a
 running flow holds its run's lock. An orphan is a recorded process or container whose run holds
 no live lock. Pids get reused, so before stopping one its identity is checked against the
-record (a process's start time and command line; a container's id and run label); a record that
+record (a process's start time; a container's id and run label); a record that
 no longer matches is dropped, and nothing is killed.
 """
 
@@ -139,17 +139,30 @@ def forget(trace: LaunchTrace | None) -> None:
         (_trace_dir() / trace.run_id).rmdir()  # the run's last one
 
 
+def _same_process(pid: int, trace: LaunchTrace) -> bool:
+    """The recorded process still lives. Its start time identifies it: a reused pid belongs to a later
+    process. Its command line may not: a launcher's `bash -c` execs the server, so the line recorded at
+    spawn can be the shell's."""
+    identity = process_identity(pid)
+    if identity is None or identity[0] != trace.started:
+        return False
+    try:  # a zombie has exited; only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _stop_process(trace: LaunchTrace) -> str:
     pid = int(trace.ident)
-    if process_identity(pid) != (trace.started, trace.command):
+    if not _same_process(pid, trace):
         return f"process {pid} of run {trace.run_id} is gone or its pid was reused: record dropped, nothing killed"
     for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)  # launched servers lead their own process group
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and process_identity(pid) == (trace.started, trace.command):
+        while time.monotonic() < deadline and _same_process(pid, trace):
             time.sleep(0.1)
-        if process_identity(pid) != (trace.started, trace.command):
+        if not _same_process(pid, trace):
             return f"stopped orphan process group {pid} of run {trace.run_id} ({trace.command[:80]})"
     return f"orphan process {pid} of run {trace.run_id} did not stop"
 

@@ -96,6 +96,48 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP `port` in this network namespace (/proc/net/tcp, tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    found.add(fields[9])
+    return found
+
+
+def listeners(port: int) -> set[int]:
+    """The pids holding a socket that listens on TCP `port` here (every process we may read)."""
+    inodes = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    pids = set()
+    for entry in os.listdir("/proc") if inodes else []:
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if any(os.readlink(f"/proc/{entry}/fd/{fd}") in inodes for fd in os.listdir(f"/proc/{entry}/fd")):
+                    pids.add(int(entry))
+    return pids
+
+
+def group_pids(pgid: int) -> set[int]:
+    """Every live process of process group `pgid` (a server and the engine workers it forked), from /proc."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError), open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) == pgid:  # field 5, pgrp
+                    found.add(int(entry))
+    return found
+
+
+def in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid
+    except ProcessLookupError:
+        return False
+
+
 def stop_all() -> None:
     with _LOCK:
         live = list(_LIVE.items())

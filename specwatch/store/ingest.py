@@ -60,6 +60,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         "checkpoint": ckpt.model_dump_json() if ckpt else None,
         "host": prov.host.model_dump_json(),
         "exit_code": result.exit_code(),
+        "partial": result.partial,
+        "interrupted": result.interrupted,
         "started_at": result.started_at,
         "ended_at": result.ended_at,
     }]
@@ -218,5 +220,5 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         experiment=json.loads(run["experiment"]), checkpoint=checkpoint, arms=arms, quality=quality,
         provenance=Provenance(specwatch_version=run["specwatch_version"], host=host,
                               experiment_file=run["experiment_file"], experiment_sha256=run["experiment_sha256"]),
-        started_at=run["started_at"], ended_at=run["ended_at"],
+        started_at=run["started_at"], ended_at=run["ended_at"], interrupted=run.get("interrupted"),
     )

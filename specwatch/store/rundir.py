@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specwatch.records import RESULTS_SCHEMA_VERSION, RunResult
+from specwatch.records import RESULTS_SCHEMA_VERSION, CheckpointFacts, RunResult
 
 RESULTS_FILE = "results.json"
 
@@ -97,3 +97,24 @@ def read_raw(run_dir: Path) -> RunResult:
                 problems.append(f"{_where(e['loc'])}: {e['msg']}")
         raise RunDirError(f"{path}: " + "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)"
                           if len(problems) > 5 else "") + "; was it written by a newer specwatch, or edited?") from None
+
+
+def resume_conflicts(previous: RunResult, digests: dict[str, str | None], facts: CheckpointFacts | None) -> list[str]:
+    """Why a run cannot be resumed: its launches so far measured other images or another checkpoint.
+
+    `digests`: image name -> digest as built now; `facts`: the checkpoint as read now.
+    """
+    problems = []
+    used = {a.image: a.image_ref.digest for a in previous.arms if a.image_ref and a.image_ref.digest}
+    for image, was in used.items():
+        now = digests.get(image)
+        if now and was != now:
+            problems.append(f"image {image} changed since the run's earlier launches "
+                            f"(digest {was[:19]} then, {now[:19]} now)")
+    before = previous.checkpoint
+    if before and facts:
+        for field in ("config_sha256", "index_sha256"):
+            was, now = getattr(before, field), getattr(facts, field)
+            if was != now:
+                problems.append(f"the checkpoint changed: {field} {str(was)[:12]} then, {str(now)[:12]} now")
+    return problems

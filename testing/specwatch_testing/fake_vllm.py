@@ -41,6 +41,12 @@ all. `/truth` merges every process's records (one monotonic clock, one t0) and s
 `/v1/models`, `/health` answer per process. The parent supervises: a child that exits stops the
 set (exit 1); SIGTERM/SIGINT stop every child; a child whose parent died gets SIGTERM from the
 kernel (PR_SET_PDEATHSIG). `--procs 1` (the default) is one plain uvicorn process, as always.
+
+Planted faults (issue 12's fault matrix, docs/reliability.md): `--crash-after N` SIGKILLs the process on
+completion request N+1; `--hang-after N` leaves every later completion request without a byte;
+`--http-500-every N` (alias of `--fail-every`); `--bad-sse-every N` starts every Nth stream with an event
+that is not JSON; `--bad-metrics malformed|missing` answers /metrics with unparseable text or 404 after
+`--metrics-fault-after N` good scrapes; `--boot-delay-s`, `--refuse-k` for boots that never get ready.
 """
 
 from __future__ import annotations
@@ -131,6 +137,12 @@ class Settings:
     num_gpu_blocks: int = 4096  # KV-cache capacity, in BLOCK_SIZE-token blocks
     per_request_spec_decode_metrics: str = "none"  # none | summary, as vLLM's flag
     engine: int = 0  # this process's `engine` label in a multi-process server (--procs)
+    # Planted faults (issue 12's fault matrix); 0 / None: off.
+    crash_after: int = 0  # SIGKILL itself on completion request N+1 (as an OOM kill would)
+    hang_after: int = 0  # completion requests after the Nth get no byte of an answer, ever
+    bad_sse_every: int = 0  # every Nth stream carries an event that is not JSON
+    bad_metrics: str | None = None  # malformed | missing: /metrics answers garbage or 404 ...
+    metrics_fault_after: int = 0  # ... after this many good scrapes
 
     @property
     def conditional(self) -> tuple[float, ...]:
@@ -606,8 +618,16 @@ def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None
     async def metrics_local() -> Response:
         return Response(generate_latest(engine.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    scrapes = 0
+
     @app.get("/metrics")
     async def metrics() -> Response:
+        nonlocal scrapes
+        scrapes += 1
+        if s.bad_metrics and scrapes > s.metrics_fault_after:
+            if s.bad_metrics == "missing":
+                return Response("Not Found", status_code=404)
+            return Response(BAD_METRICS, media_type=CONTENT_TYPE_LATEST)
         if not others.urls:
             return await metrics_local()
         texts = [generate_latest(engine.metrics.registry).decode()]
@@ -653,6 +673,11 @@ def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None
         if engine.booting():
             return _error(503, "server is starting", "ServiceUnavailableError")
         engine.completion_requests += 1
+        if s.crash_after and engine.completion_requests > s.crash_after:
+            print(f"ERROR fake_vllm: planted crash (--crash-after {s.crash_after})", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if s.hang_after and engine.completion_requests > s.hang_after:
+            await asyncio.Event().wait()  # never set: the client's read timeout has to end it
         if s.fail_every and engine.completion_requests % s.fail_every == 0:
             return _error(500, f"fake_vllm: planted failure (--fail-every {s.fail_every})", "InternalServerError")
         if req.model is not None and req.model != s.model:
@@ -691,8 +716,12 @@ def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         chunk_head = {**head, "object": "chat.completion.chunk"} if chat else head
 
+        garbled = bool(s.bad_sse_every and engine.completion_requests % s.bad_sse_every == 0)
+
         async def stream() -> AsyncIterator[str]:
             emitted = 0
+            if garbled:
+                yield "data: {this is not json\n\n"
             if chat:  # vLLM's first chat chunk carries the role and no tokens
                 first = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                          "finish_reason": None}
@@ -719,6 +748,10 @@ def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None
         return StreamingResponse(stream(), media_type="text/event-stream")
 
     return app
+
+
+# A /metrics answer that is not Prometheus exposition (a proxy's error page, a truncated scrape).
+BAD_METRICS = "vllm:generation_tokens_total{engine=\"0\"} not-a-number\n<html>502 Bad Gateway</html>\n"
 
 
 def spec_decode_metrics(rec: TruthRecord, k: int) -> dict[str, Any]:
@@ -768,7 +801,14 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     a("--max-num-seqs", type=int, default=256, help="requests beyond this wait (num_requests_waiting)")
     a("--boot-delay-s", type=float, default=0.0, help="/health answers 503 until this has elapsed")
     a("--refuse-k", type=_ints, default=(), help="exit(1) at startup if k is in this list")
-    a("--fail-every", type=int, default=0, help="every Nth completion request returns HTTP 500")
+    a("--fail-every", "--http-500-every", dest="fail_every", type=int, default=0,
+      help="every Nth completion request returns HTTP 500")
+    a("--crash-after", type=int, default=0, help="SIGKILL itself on completion request N+1")
+    a("--hang-after", type=int, default=0, help="completion requests after the Nth never get an answer")
+    a("--bad-sse-every", type=int, default=0, help="every Nth stream starts with an SSE event that is not JSON")
+    a("--bad-metrics", choices=("malformed", "missing"), default=None,
+      help="/metrics answers unparseable text, or 404, after --metrics-fault-after good scrapes")
+    a("--metrics-fault-after", type=int, default=0, help="good /metrics scrapes before --bad-metrics starts")
     a("--slowdown", type=float, default=1.0, help="multiplies step time (a planted regression)")
     a("--stall-after-tokens", type=int, default=None, help="streams hang after N tokens")
     a("--log-interval-s", type=float, default=10.0, help="period of the SpecDecoding metrics log line")

@@ -54,12 +54,12 @@ def run(run_id: str = "20261130T120000Z-abcdef", arms: list[r.ArmResult] | None 
     )
 
 
-def query(db: str | Path, sql: str) -> list[tuple]:
-    """Rows of `sql` from a DuckDB file, opened read-only and closed again."""
+def query(db: str | Path, sql: str, params: dict[str, object] | None = None) -> list[tuple]:
+    """Rows of `sql` (with its named `params`) from a DuckDB file, opened read-only and closed again."""
     import duckdb
 
     con = duckdb.connect(str(db), read_only=True)
     try:
-        return con.execute(sql).fetchall()
+        return con.execute(sql, params or {}).fetchall()
     finally:
         con.close()

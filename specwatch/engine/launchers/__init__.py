@@ -107,7 +107,7 @@ def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: Lau
         argv = ["ip", "netns", "exec", netns, *argv]
     proc = processes.spawn(argv, {**clean_environ(), **env}, log_path)
     return ProcessMember(proc, log_path, host=address, port=port, role=role, grace_s=grace_s,
-                         trace=traced(ctx, proc.pid))
+                         trace=traced(ctx, proc.pid), local_port=netns is None)
 
 
 def server_niceness(image: ImageRef, ctx: LaunchContext) -> list[str]:
