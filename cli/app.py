@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,6 +21,7 @@ from specwatch import paths
 from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec, load_spec
 
 if TYPE_CHECKING:
+    from flows.ab import RunOutcome
     from specwatch.report.rows import VerdictRow
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -100,6 +102,21 @@ def validate(
                 out.print(f"    {name}={value}", highlight=False, markup=False, soft_wrap=True)
 
 
+def _flow_outcome(call: Callable[[], RunOutcome], kept: str) -> RunOutcome:
+    """A flow's outcome, or one line and the exit code when it could not run or was interrupted."""
+    try:
+        outcome = call()
+    except KeyboardInterrupt:
+        raise _fail(f"interrupted; servers stopped, {kept}", 130) from None
+    except Exception as exc:  # the flow records what it measured before anything can get here
+        if os.environ.get("SPECWATCH_DEBUG"):
+            raise
+        raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
+    if outcome.error:
+        raise _fail(outcome.error, outcome.exit_code)
+    return outcome
+
+
 @app.command()
 def run(
     file: Annotated[Path | None, typer.Argument(help="experiment YAML (not with --resume)")] = None,
@@ -117,17 +134,10 @@ def run(
         raise _fail("give an experiment FILE, or --resume RUN_ID to continue a stopped run (not both)")
     from flows.ab import ab  # imports prefect: only after its environment is set
 
-    try:
-        outcome = ab(spec, db=str(db) if db else None, experiment_file=str(source) if source else None, resume=resume)
-    except KeyboardInterrupt:
-        raise _fail("interrupted; servers stopped, partial run stored (`specwatch run --resume RUN_ID` "
-                    "continues it; the run id is in the log above)", 130) from None
-    except Exception as exc:  # the flow records what it measured before anything can get here
-        if os.environ.get("SPECWATCH_DEBUG"):
-            raise
-        raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
-    if outcome.error:
-        raise _fail(outcome.error, outcome.exit_code)
+    outcome = _flow_outcome(lambda: ab(spec, db=str(db) if db else None,
+                                       experiment_file=str(source) if source else None, resume=resume),
+                            "partial run stored (`specwatch run --resume RUN_ID` continues it; the run id is in "
+                            "the log above)")
     out.print(_verdict_table(f"run {outcome.run_id}: {outcome.headline}", outcome.rows))
     for reason in outcome.reasons:
         out.print(f"  {reason}", highlight=False, markup=False)
@@ -147,16 +157,8 @@ def sweep_command(
     spec = _load(file)
     from flows.sweep import sweep  # imports prefect: only after its environment is set
 
-    try:
-        outcome = sweep(spec, experiment_file=str(file.resolve()), db=str(db) if db else None)
-    except KeyboardInterrupt:
-        raise _fail("interrupted; servers stopped, partial results kept in the run dir", 130) from None
-    except Exception as exc:  # the flow records what it measured before anything can get here
-        if os.environ.get("SPECWATCH_DEBUG"):
-            raise
-        raise _fail(f"could not run: {type(exc).__name__}: {exc} (SPECWATCH_DEBUG=1 shows the traceback)") from None
-    if outcome.error:
-        raise _fail(outcome.error, outcome.exit_code)
+    outcome = _flow_outcome(lambda: sweep(spec, experiment_file=str(file.resolve()), db=str(db) if db else None),
+                            "partial run stored")
     report = outcome.run_dir / "sweep.md"
     out.print(f"sweep {outcome.run_id}: {outcome.headline}", highlight=False)
     for reason in outcome.reasons:

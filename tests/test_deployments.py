@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from cli.serve import Stack, apply_deployments, start_server, start_worker
+from specwatch.engine import processes
 from specwatch.engine.launchers import free_port
 from specwatch.spec import ExperimentSpec, load_spec
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
@@ -195,9 +196,9 @@ def test_cancelling_a_deployed_run_stops_its_servers_and_stores_it_partial(stack
         time.sleep(0.2)
     cancelled_at = time.monotonic()
     call(api.post, f"/flow_runs/{run['id']}/set_state", json={"state": {"type": "CANCELLING"}, "force": True})
-    while _group_alive(server) and time.monotonic() - cancelled_at < 60:
+    while processes.group_alive(server) and time.monotonic() - cancelled_at < 60:
         time.sleep(0.1)
-    assert not _group_alive(server), "the cancelled run's server was left running"
+    assert not processes.group_alive(server), "the cancelled run's server was left running"
     assert time.monotonic() - cancelled_at < 10 + 2 * 2  # 10 s, plus up to two worker polls (query_seconds=2)
     while call(api.get, f"/flow_runs/{run['id']}").json()["state"]["type"] not in ("CANCELLED", "CRASHED", "FAILED"):
         assert time.monotonic() - cancelled_at < 60
@@ -207,9 +208,3 @@ def test_cancelling_a_deployed_run_stops_its_servers_and_stores_it_partial(stack
     assert partial and arms >= 1 and cells >= 1  # what it had measured was stored, marked partial
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True

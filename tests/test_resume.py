@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from specwatch import paths
-from specwatch.engine import orphans
+from specwatch.engine import orphans, processes
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES
 from specwatch_testing.records import query as q
 from specwatch_testing.server import REPO, child_pids
@@ -70,20 +70,12 @@ def wait_for_a_written_cell(proc: subprocess.Popen[str], timeout_s: float = 120.
     raise AssertionError("no cell was ever written to results.json")
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.fixture
 def kill_on_failure() -> Iterator[list[int]]:
     groups: list[int] = []
     yield groups
     for pgid in groups:  # what a failed test left behind, by the ids it started
-        if group_alive(pgid):
+        if processes.group_alive(pgid):
             os.killpg(pgid, signal.SIGKILL)
 
 
@@ -98,7 +90,7 @@ def test_ctrl_c_stores_a_partial_run_and_resume_completes_it(tmp_path: Path, kil
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert "interrupted; servers stopped, partial run stored" in out and "Traceback" not in out
-    assert not group_alive(server)
+    assert not processes.group_alive(server)
     assert q(db, "select partial, interrupted from runs") == [(True, "KeyboardInterrupt")]
     (status, reason, cells), = q(db, "select status, reason, (select count(*) from cells c where c.arm = a.arm) "
                                      "from arms a")
@@ -130,7 +122,7 @@ def test_sigkilled_flow_leaves_an_orphan_that_resume_stops(tmp_path: Path, kill_
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     time.sleep(0.5)
-    assert group_alive(server), "the orphan this test is about"
+    assert processes.group_alive(server), "the orphan this test is about"
     doc = json.loads((paths.runs_dir() / run_id / "results.json").read_text())
     assert [a["cells"] != [] for a in doc["arms"]] == [True]  # the killed launch's finished cells are on disk
 
@@ -138,7 +130,7 @@ def test_sigkilled_flow_leaves_an_orphan_that_resume_stops(tmp_path: Path, kill_
     out, _ = resumed.communicate(timeout=180)
     assert resumed.returncode in (0, 3, 4), out
     assert f"stopped orphan process group {server} of run {run_id}" in out
-    assert not group_alive(server)
+    assert not processes.group_alive(server)
     assert q(db, "select arm, status from arms order by arm") == [("base", "ok"), ("cand", "ok")]
     assert q(db, "select count(*) from requests where status = 'ok'") == [(2 * CELLS * REQUESTS,)]
 

@@ -17,7 +17,8 @@ from specwatch.analysis.intervals import mean_ci
 MIN_BLOCKS_FOR_INTERVAL = 3
 
 
-def _opt(value: Any) -> float | None:
+def nullable(value: Any) -> float | None:
+    """A nullable view column's value (pandas gives NaN for NULL)."""
     return None if value is None or pd.isna(value) else float(value)
 
 
@@ -62,10 +63,11 @@ def points_from(frame: pd.DataFrame) -> list[SweepPoint]:
         decode, ci = mean_ci(values) if values else (None, 0.0)
         out.append(SweepPoint(
             arm=str(row.arm), depth=int(row.depth), cell=str(row.cell), runs=int(row.runs), decode_tok_s=decode,
-            decode_ci=ci, ttft_s=_opt(row.ttft_s), prefill_tok_s=_opt(row.prefill_tok_s),
-            mean_acceptance_length=_opt(row.mean_acceptance_length),
-            looped_acceptance_length=_opt(row.looped_acceptance_length), loop_runs=int(row.loop_runs),
-            repetition_ratio=_opt(row.repetition_ratio), prompt_repetition_ratio=_opt(row.prompt_repetition_ratio),
+            decode_ci=ci, ttft_s=nullable(row.ttft_s), prefill_tok_s=nullable(row.prefill_tok_s),
+            mean_acceptance_length=nullable(row.mean_acceptance_length),
+            looped_acceptance_length=nullable(row.looped_acceptance_length), loop_runs=int(row.loop_runs),
+            repetition_ratio=nullable(row.repetition_ratio),
+            prompt_repetition_ratio=nullable(row.prompt_repetition_ratio),
             skip_reason=row.skip_reason if isinstance(row.skip_reason, str) else None,
         ))
     return out

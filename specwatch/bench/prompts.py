@@ -133,12 +133,14 @@ class SingleTurn:
 
     async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
         tag = nonce(req.namespace, self.name, req.index)
-        head = front(tag) if req.fronted else ""
+        messages, tokens = await self.fill(req, front(tag) if req.fronted else "", count)
+        return Prompt(messages, tokens, tag if req.fronted else None)
+
+    async def fill(self, req: PromptRequest, head: str, count: Count) -> tuple[Conversation, int]:
+        """`head` and then content, calibrated to the request's target."""
         # ~12 chars per token is far more than any tokenizer needs, so bisection always has room.
         content = seeded_content(self.name, req.seed, req.index, req.target_tokens * 12)
-        messages, tokens = await calibrated(lambda n: user(head + content[:n]), len(content), req.target_tokens,
-                                            count)
-        return Prompt(messages, tokens, tag if req.fronted else None)
+        return await calibrated(lambda n: user(head + content[:n]), len(content), req.target_tokens, count)
 
 
 @dataclass(frozen=True)
@@ -251,25 +253,17 @@ async def calibrated_iterative(build: Callable[[int], Conversation], size: int, 
 
 
 @dataclass(frozen=True)
-class Generated:
+class Generated(SingleTurn):
     """The nonce, then seeded non-repeating sentences (`generated_text`), calibrated iteratively."""
 
-    name: str
-    reuses_prefixes = False
-    sized = True
-
-    async def prompt(self, req: PromptRequest, count: Count) -> Prompt:
-        tag = nonce(req.namespace, self.name, req.index)
-        head = front(tag) if req.fronted else ""
+    async def fill(self, req: PromptRequest, head: str, count: Count) -> tuple[Conversation, int]:
         size = req.target_tokens * 8  # the demo tokenizer takes ~3-4 chars a token, BPE on English ~4-5
         while True:
             content = generated_text(req.seed, req.index, size)
             if await count(user(head + content)) > req.target_tokens:
                 break
             size *= 2
-        messages, tokens = await calibrated_iterative(lambda n: user(head + content[:n]), len(content),
-                                                      req.target_tokens, count)
-        return Prompt(messages, tokens, tag if req.fronted else None)
+        return await calibrated_iterative(lambda n: user(head + content[:n]), len(content), req.target_tokens, count)
 
 
 SOURCES: dict[str, PromptSource] = {}

@@ -120,6 +120,15 @@ def listeners(port: int) -> set[int]:
     return pids
 
 
+def group_alive(pgid: int) -> bool:
+    """Process group `pgid` still has a process (signal 0 reaches it)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def group_pids(pgid: int) -> set[int]:
     """Every live process of process group `pgid` (a server and the engine workers it forked), from /proc."""
     found = set()

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
 import pandas as pd
 
 from specwatch.analysis.changepoints import ChangePoint, change_points, trend
+from specwatch.analysis.sweep import nullable
 from specwatch.records import load_level
 from specwatch.store import db
-
-
-def _opt(value: Any) -> float | None:
-    """A nullable view column's value (pandas gives NaN for NULL)."""
-    return None if value is None or pd.isna(value) else float(value)
 
 
 @dataclass(frozen=True)
@@ -40,8 +35,9 @@ def summarize(frame: pd.DataFrame) -> list[SeriesSummary]:
     out = []
     for key, g in frame.groupby("series_key", sort=False):
         first = g.iloc[0]
-        conc = _opt(first.concurrency)
-        load = load_level(None if conc is None else int(conc), _opt(first.request_rate), _opt(first.ramp_from_rate))
+        conc = nullable(first.concurrency)
+        load = load_level(None if conc is None else int(conc), nullable(first.request_rate),
+                          nullable(first.ramp_from_rate))
         label = (f"{first.model} {first.method} k={first.k} {load} {first.prompt_class} "
                  f"{first.prompt_tokens}/{first.max_tokens} on {first.host_class}")
         decode = g["decode_tok_s_median"].astype(float).tolist()

@@ -111,8 +111,10 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
                 row["itl_hist"] = None if r.itl_hist is None else json.dumps(r.itl_hist)
                 requests.append({**ckey, **row})
             w = cell.window
-            for pos, (acc, rate) in enumerate(zip(w.accepted_per_position or [], w.acceptance_per_position or [],
-                                                  strict=True)):
+            accepted = w.accepted_per_position or []
+            # A window without drafts (a cell whose server hung before drafting) has counts but no rates.
+            rates: list[float | None] = [*(w.acceptance_per_position or [None] * len(accepted))]
+            for pos, (acc, rate) in enumerate(zip(accepted, rates, strict=True)):
                 positions.append({**ckey, "position": pos, "accepted": acc, "acceptance": rate})
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}
                for q in result.quality]
