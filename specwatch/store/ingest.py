@@ -113,7 +113,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             w = cell.window
             accepted = w.accepted_per_position or []
             # A window without drafts (a cell whose server hung before drafting) has counts but no rates.
-            rates: list[float | None] = [*(w.acceptance_per_position or [None] * len(accepted))]
+            no_rates: list[float | None] = [None] * len(accepted)
+            rates = w.acceptance_per_position or no_rates
             for pos, (acc, rate) in enumerate(zip(accepted, rates, strict=True)):
                 positions.append({**ckey, "position": pos, "accepted": acc, "acceptance": rate})
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}
