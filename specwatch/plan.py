@@ -49,7 +49,7 @@ def _block_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
     if wl.duration_s:
         closed_s = len(wl.concurrency) * wl.duration_s
     else:
-        closed_s = sum(wl.requests_per_cell / c * wl.max_tokens / decode_tok_s for c in wl.concurrency)
+        closed_s = sum(wl.cell_requests(c) / c * wl.max_tokens / decode_tok_s for c in wl.concurrency)
     return (len(wl.classes) * (closed_s + open_s)
             + (wl.warmup_requests * wl.max_tokens + design.probes * design.probe_tokens) / decode_tok_s)
 
@@ -70,7 +70,8 @@ def plan(spec: ExperimentSpec) -> Plan:
             arm=arm.name, image=image.describe(), platform=platform.name,
             launcher="endpoint" if boots == 0 else arm.launcher,
             method=arm.speculative.method if arm.speculative else "off", k=arm.k, cells=cells * blocks,
-            requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(cells * blocks * wl.requests_per_cell),
+            requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(blocks * len(wl.classes) * (
+                sum(wl.cell_requests(c) for c in wl.concurrency) + rates * wl.requests_per_cell)),
         ))
     return Plan(rows, blocks, launches, total, block_order([a.name for a in spec.arms], design.blocks))
 

@@ -432,6 +432,9 @@ class WorkloadSpec(_Strict):
     max_concurrency: Concurrency | None = Field(
         default=None, description="open-loop cells: the most requests in flight; one over it waits (send lateness)")
     requests_per_cell: Annotated[Requests, Field(ge=1)] = 8
+    min_waves: PositiveInt = Field(
+        default=1, description="a closed-loop cell at concurrency c sends at least min_waves x c requests: with "
+        "only c it is one burst, whose ramp is the whole cell and never a steady batch of c")
     duration_s: PositiveFloat | None = Field(
         default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
     )
@@ -477,6 +480,10 @@ class WorkloadSpec(_Strict):
         from specwatch.bench.prompts import corpus_name  # the registries import this module
 
         return [corpus_name(self.corpus)] if self.corpus is not None else list(self.prompt_classes)
+
+    def cell_requests(self, concurrency: int | None) -> int:
+        """Requests in one cell: requests_per_cell, or min_waves x c if more (closed loop)."""
+        return max(self.requests_per_cell, self.min_waves * (concurrency or 0))
 
     @property
     def max_streams(self) -> int:
@@ -540,6 +547,12 @@ class Thresholds(_Strict):
     # A cell with more than this share of failed requests is rejected; 0: any failure rejects it
     # (DOMAIN rule 10: a cell with errors is not a measurement). Below it the failures are a flag.
     max_failed_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    # A closed-loop cell counts as having reached concurrency c when the running-requests gauge peaked
+    # at >= this share of c (rounded up). The gauge is sampled, and in a closed loop a slot is empty
+    # between one request's last token and the next one's admission: on an H200 with ~1 ms steps a
+    # c=64 cell peaked at 61-64 in 7 of 8 launches (benchmarks/README.md section 7). A server that
+    # caps or queues the batch (max_num_seqs, KV cache) stays far below.
+    min_running_share: Annotated[float, Field(gt=0, le=1)] = 0.9
 
 
 class DesignSpec(_Strict):

@@ -115,10 +115,10 @@ def test_wrong_model_name_is_a_bench_error() -> None:
         bench(url, workload())
 
 
-def _cell(running: int | None, hits: float, rep: float) -> CellResult:
+def _cell(running: int | None, hits: float, rep: float, concurrency: int = 4) -> CellResult:
     reqs = [RequestSample(index=0, prompt_tokens=10, status="ok", completion_tokens=8, decode_s=1.0,
                           repetition_ratio=rep)]
-    return CellResult(concurrency=4, prompt_class="code", prompt_tokens=10, max_tokens=8, wall_s=1.0,
+    return CellResult(concurrency=concurrency, prompt_class="code", prompt_tokens=10, max_tokens=8, wall_s=1.0,
                       window=SpecWindow(prefix_cache_hits=hits, prefix_cache_queries=100.0),
                       max_running_observed=running, requests=reqs)
 
@@ -173,3 +173,31 @@ def test_two_events_per_step_is_not_a_burst() -> None:
     burst = paired.model_copy(update={"arrival_groups": 3})
     assert not paired.coalesced and paired.decode_tok_s == pytest.approx(63.0)
     assert burst.coalesced and burst.decode_tok_s is None
+
+
+@pytest.mark.parametrize(("concurrency", "peak", "share", "rejected"), [
+    (64, 61, 0.9, False),   # the H200's c=64 cells: a sampled gauge one or three slots short
+    (64, 57, 0.9, True),    # below ceil(0.9 x 64) = 58
+    (64, 63, 1.0, True),    # min_running_share 1: every slot at once
+    (16, 15, 0.9, False),
+    (1, 0, 0.9, True),      # c=1 needs its one request seen running
+    (10, 9, 0.9, False),    # 0.9 x 10 is 9 exactly, not 9.000000000000002 rounded up
+])
+def test_concurrency_counts_as_reached_at_min_running_share(concurrency: int, peak: int, share: float,
+                                                             rejected: bool) -> None:
+    cell = gate(_cell(peak, 0.0, 0.1, concurrency), Gates(min_running_share=share))
+    assert cell.rejected is rejected
+    if rejected:
+        assert f"concurrency {concurrency} never reached (max running observed {peak}): below" in cell.reject_reason
+
+
+def test_min_waves_gives_a_high_concurrency_cell_several_waves_and_leaves_the_others() -> None:
+    """c=1 keeps requests_per_cell; c=4 with min_waves 3 sends 12, so the batch of 4 is held, not one burst."""
+    wl = workload(concurrency=[1, 4], requests_per_cell=4, min_waves=3, max_tokens=16)
+    with run_fake_vllm(fake("--step-ms", "2")) as url:
+        one, four = bench(url, wl)
+        truth = httpx.get(f"{url}/truth").json()["records"]
+    assert (len(one.requests), len(four.requests)) == (4, 12)
+    assert four.completion_tokens == 12 * 16 and not four.rejected, four.reject_reason
+    # the server saw the 16 measured requests (plus warm-ups and the c=4 warm-up wave), all of them whole
+    assert sum(r["completion_tokens"] == 16 and r["status"] == "ok" for r in truth) >= 16

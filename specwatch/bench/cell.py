@@ -57,7 +57,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
         async with calibrating:
             return await make(i)
 
-    prompts = await asyncio.gather(*(calibrated(i) for i in range(wl.requests_per_cell)))
+    prompts = await asyncio.gather(*(calibrated(i) for i in range(wl.cell_requests(key.concurrency))))
     if client.target.dataset_dir is not None:
         write_cell_dataset(client.target.dataset_dir, key, prompts, wl.max_tokens)
     pool = list(enumerate(prompts))

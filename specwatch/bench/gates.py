@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specwatch.bench.selfcheck import saturation
@@ -19,12 +20,17 @@ class Gates:
     client_cpu_share: float = _DEFAULT.client_cpu_share
     client_send_lateness_ms: float = _DEFAULT.client_send_lateness_ms
     max_failed_share: float = _DEFAULT.max_failed_share
+    min_running_share: float = _DEFAULT.min_running_share
 
     @classmethod
     def of(cls, spec: ExperimentSpec) -> Gates:
         t = spec.thresholds
         return cls(t.max_prefix_cache_hit_rate, spec.workload.repetition_flag_ratio, t.client_loop_lag_ms,
-                   t.client_cpu_share, t.client_send_lateness_ms, t.max_failed_share)
+                   t.client_cpu_share, t.client_send_lateness_ms, t.max_failed_share, t.min_running_share)
+
+    def running_needed(self, concurrency: int) -> int:
+        """The least peak of the running gauge that counts as concurrency reached (Thresholds says why)."""
+        return math.ceil(self.min_running_share * concurrency - 1e-9)
 
 
 def gate(cell: CellResult, gates: Gates) -> CellResult:
@@ -52,9 +58,11 @@ def gate(cell: CellResult, gates: Gates) -> CellResult:
             f"{MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
             "them, so per-stream decode rate is not measurable"
         )
-    if cell.concurrency and cell.max_running_observed is not None and cell.max_running_observed < cell.concurrency:
+    needed = gates.running_needed(cell.concurrency) if cell.concurrency else 0
+    if cell.concurrency and cell.max_running_observed is not None and cell.max_running_observed < needed:
         reasons.append(
-            f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed})"
+            f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed}): "
+            f"below {needed}, {gates.min_running_share:.0%} of it (thresholds.min_running_share)"
         )
     hit = cell.window.prefix_cache_hit_rate
     if cell.prefix_cache_gate and hit is not None and hit >= gates.max_prefix_cache_hit_rate:

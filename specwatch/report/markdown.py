@@ -61,7 +61,8 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         + (f"request rates {wl.request_rates} req/s; " if wl.request_rates else "")
         + (f"ramp {wl.ramp_up.start_rps:g}-{wl.ramp_up.end_rps:g} req/s (linear); " if wl.ramp_up else "")
         + (f"{wl.arrival} arrivals (burstiness {wl.burstiness:g}); " if wl.request_rates or wl.ramp_up else "")
-        + (f"{wl.duration_s:g} s per cell" if wl.duration_s else f"{wl.requests_per_cell} requests per cell")
+        + (f"{wl.duration_s:g} s per cell" if wl.duration_s else f"{wl.requests_per_cell} requests per cell"
+                                                + (f" (at least {wl.min_waves} x c)" if wl.min_waves > 1 else ""))
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
         f"- design: {design.blocks} block(s) per arm"
