@@ -87,7 +87,8 @@ class RankLaunch:
 
 
 def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
-    """Per arm and rank, the exact launch (workers first, the head last), for `specwatch validate --plan`.
+    """Per arm and rank, the exact launch (workers first, the head last; an arm without ranks is one
+    server, rank 0), for `specwatch validate --plan`. An endpoint arm launches nothing.
 
     The run id and the head's port exist only at run time: `<run>` and `<port>` stand for them.
     """
@@ -101,22 +102,27 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
     model = spec.model.path or "<generated model>"
     out = []
     for arm in spec.arms:
-        rendered = rk.render(arm, hosts)
         image = spec.image(arm.image)
+        if image.backend == "endpoint":
+            continue
+        rendered = rk.render(arm, hosts)
         ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
                             max_model_len=spec.model.max_model_len, ranks=tuple(rendered),
                             max_concurrency=spec.workload.max_streams)
-        for rank in sorted(rendered, key=lambda r: r.role == "head"):
+        launch = f"<run>-{arm.name}-b{block}"
+        ranks: list[rk.Rank | None] = [*sorted(rendered, key=lambda r: r.role == "head")] or [None]
+        for rank in ranks:
             args = server_args(arm, platform_planned(image), ctx, "<port>", rank,
-                               (rendered[0].address, "<master port>"))
-            env = redact_env(rank.env)
+                               (rendered[0].address, "<master port>") if rendered else ("", 0))
+            env = redact_env(rank.env if rank else arm.env)
             if image.backend == "docker":
-                name = rank_name(f"<run>-{arm.name}-b{block}", rank.index)
-                labels = {"specwatch.run": "<run>", "specwatch.launch": f"<run>-{arm.name}-b{block}"}
-                argv = docker_run_argv(name, labels, {}, Path(str(model)), image.describe(),
+                name = rank_name(launch, rank.index) if rank else launch
+                argv = docker_run_argv(name, {"specwatch.run": "<run>", "specwatch.launch": launch}, {},
+                                       Path(str(model)), image.describe(),
                                        [*program(rank, "python3", CONTAINER_CLI), *args],
                                        env_file=f"<env file of {name}>", cli="<specwatch>/engine/vllm_cli.py")
             else:
                 argv = [*program(rank, "<image python>", VLLM_CLI), *args]
-            out.append(RankLaunch(arm.name, rank.index, rank.role, rank.host, redact_argv(argv), env))
+            out.append(RankLaunch(arm.name, rank.index if rank else 0, rank.role if rank else "server",
+                                  rank.host if rank else rk.LOCAL, redact_argv(argv), env))
     return out

