@@ -323,3 +323,22 @@ def _experiment_doc() -> dict:
     return {"name": "s", "model": {"generate": {}, "served_name": "demo"},
             "images": [{"name": "cpu", "backend": "endpoint", "url": "http://127.0.0.1:1"}],
             "arms": [{"name": "k3", "image": "cpu"}], "baseline": "k3"}
+
+
+def test_a_sweep_depth_past_its_deadline_is_named_by_its_depth() -> None:
+    """The deadline abort of an isolated sweep names and stores the depth that hung, not an A/B cell."""
+    from specwatch.bench.gates import Gates
+    from specwatch.bench.runner import CellsAborted, Isolated
+    from specwatch.bench.sweep import SweepRunner
+    from specwatch.spec import SweepSpec
+
+    sweep = SweepSpec(depths=[64, 128], runs=1)
+    wl = WorkloadSpec(prompt_classes=["code"], prompt_tokens=32, max_tokens=16, concurrency=[1],
+                      requests_per_cell=1, cell_deadline_s=2.0)
+    # 400 ms steps: the first depth's warm-up and run of 16 tokens outlast the 2 s deadline
+    with run_fake_vllm(["--served-model-name", "demo", "--step-ms", "400"]) as url, \
+            pytest.raises(CellsAborted) as aborted:
+        Isolated(inner=SweepRunner(sweep)).measure(BenchTarget(url, "demo", "dl"), wl, SamplingSpec(), Gates())
+    assert aborted.value.cells == []
+    assert (aborted.value.key.prompt_class, aborted.value.key.prompt_tokens) == ("generated", 64)
+    assert "not finished within 2s (cell_deadline_s)" in str(aborted.value)

@@ -173,6 +173,10 @@ class StreamingRunner(CellRunner, Protocol):
 
     def streaming(self, on_cell: CellCallback) -> CellRunner: ...
 
+    def pending(self, workload: WorkloadSpec, done: list[CellResult]) -> CellKey:
+        """The cell it runs after `done`: what a deadline abort names and stores."""
+        ...
+
 
 @dataclass(frozen=True)
 class InProcess:
@@ -184,6 +188,10 @@ class InProcess:
 
     def streaming(self, on_cell: CellCallback) -> InProcess:
         return replace(self, on_cell=on_cell)
+
+    def pending(self, workload: WorkloadSpec, done: list[CellResult]) -> CellKey:
+        keys = cell_keys(workload)
+        return keys[min(len(done), len(keys) - 1)]
 
 
 def _measure_in_child(conn: Connection, runner: StreamingRunner, target: BenchTarget, workload: WorkloadSpec,
@@ -233,10 +241,9 @@ class Isolated:
         try:
             child.start()
             theirs.close()
-            keys = cell_keys(workload)
             while True:
                 if not ours.poll(workload.cell_deadline_s):  # one deadline per cell, from the one before
-                    raise CellsAborted(cells, keys[min(len(cells), len(keys) - 1)],
+                    raise CellsAborted(cells, self.inner.pending(workload, cells),
                                        f"not finished within {workload.cell_deadline_s:g}s (cell_deadline_s)")
                 try:
                     kind, payload = ours.recv()

@@ -19,7 +19,7 @@ from specwatch.bench.metrics import window
 from specwatch.bench.prompts import SOURCES, PromptRequest, repetition_ratio
 from specwatch.bench.runner import CellCallback
 from specwatch.bench.transports import run_on_loop
-from specwatch.records import CellResult, RequestSample, SpecWindow
+from specwatch.records import CellKey, CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, SweepSpec, WorkloadSpec
 
 log = logging.getLogger("specwatch.bench")
@@ -116,3 +116,10 @@ class SweepRunner:
 
     def streaming(self, on_cell: CellCallback) -> SweepRunner:
         return replace(self, on_cell=on_cell)
+
+    def pending(self, workload: WorkloadSpec, done: list[CellResult]) -> CellKey:
+        """The depth after `done`: depths run smallest first, the default ones doubling from min_depth."""
+        n = len(done)
+        depth = self.sweep.depths[min(n, len(self.sweep.depths) - 1)] if self.sweep.depths else \
+            self.sweep.min_depth * 2 ** n
+        return CellKey(concurrency=1, prompt_class=self.sweep.prompt_class, prompt_tokens=depth)
