@@ -40,6 +40,10 @@ def test_tensor_parallel_over_two_ranks_in_two_namespaces(vllm_image: ImageRef, 
             "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
             "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
                          "requests_per_cell": 2, "warmup_requests": 1},
+            # Both ranks bind their OpenMP threads to this host's two cores, so the client's loop shares
+            # them with spinning threads (a 32 ms lag p99 seen in CI): the test is about the ranks, and
+            # the client-timing gate would judge the host, not the launch.
+            "thresholds": {"client_loop_lag_ms": 1000, "client_send_lateness_ms": 1000, "client_cpu_share": 1.0},
         })
         arm = spec.arms[0]
         ranks = tuple(render(arm, {h.name: h for h in spec.hosts}))
