@@ -10,6 +10,7 @@
 #   ab      examples/gpu-ngram.yaml: k5 vs k7 ngram, 3 restart blocks, c=1/16/64/256 (verdict, curves, cost)
 #   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 blocks
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
+#   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
 #   peer  benchmarks/real_server.py --gpu: specwatch vs vllm bench serve on one server, ABBA, the same
 #         prompts (specwatch bench --dataset-out), then specwatch alone at c=256/512/1024 (client capacity)
 #   recheck  the peer at c=1 and c=64 only, 128 requests, order sw vb vbo vbo vb sw: specwatch against the
@@ -31,9 +32,10 @@ exec 9>"$OUTD/gpu.lock"
 flock 9
 log() { echo "$(date -u +%T) $*" | tee -a "$OUTD/session.log"; }
 
-flow() {  # flow NAME FILE: a specwatch run, its summary, report and plots into $OUTD
-  local name=$1 file=$2
-  $PY -m cli run "$file" --json "$OUTD/$name.json" > "$OUTD/$name.txt" 2>&1
+flow() {  # flow NAME ARGS...: `specwatch run ARGS`, its summary, report and plots into $OUTD
+  local name=$1
+  shift
+  $PY -m cli run "$@" --json "$OUTD/$name.json" > "$OUTD/$name.txt" 2>&1
   local rc=$?
   echo "exit code $rc" >> "$OUTD/$name.txt"
   local dir
@@ -45,6 +47,12 @@ flow() {  # flow NAME FILE: a specwatch run, its summary, report and plots into 
 stage_warm() { flow warm benchmarks/gpu/warm.yaml; }
 stage_ab() { flow ab examples/gpu-ngram.yaml; }
 stage_kimage() { flow kimage examples/gpu-k-and-image.yaml; }
+stage_kresume() {  # the 2026-12-02 kimage run, continued: --resume keeps its 8 launches and runs k7#3
+  local id=20261202T013734Z-bda365
+  mkdir -p "$SPECWATCH_HOME/runs/$id"
+  gunzip -c benchmarks/results/h200-2026-12-02/kimage-results.json.gz > "$SPECWATCH_HOME/runs/$id/results.json"
+  flow kresume --resume "$id"
+}
 stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
 peer() {  # peer NAME ARGS...: real_server.py on the demo model (generated here if no flow has run)
   local name=$1
