@@ -10,7 +10,7 @@ from pathlib import Path
 from specwatch.analysis.blocks import block_order
 from specwatch.engine.images.python import detected_package
 from specwatch.engine.platforms import Platform, platform_of
-from specwatch.spec import ExperimentSpec, ImageSpec
+from specwatch.spec import ExperimentSpec
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,11 @@ class Plan:
     order: list[tuple[str, int]]
 
 
-def platform_planned(image: ImageSpec) -> Platform:
-    """The platform an image's arms will launch on: a `python` image's is the vLLM build its environment
-    has (probed when the interpreter is on this host), the others' the declared package."""
-    return platform_of(detected_package(image) if image.backend == "python" else image.package)
+def planned_platforms(spec: ExperimentSpec) -> dict[str, Platform]:
+    """Per image name, the platform its arms will launch on: a `python` image's is the vLLM build its
+    environment has (probed once, when the interpreter is on this host), the others' the declared package."""
+    return {image.name: platform_of(detected_package(image) if image.backend == "python" else image.package)
+            for image in spec.images}
 
 
 def _block_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
@@ -60,9 +61,10 @@ def plan(spec: ExperimentSpec) -> Plan:
     rates = len(wl.request_rates) + (1 if wl.ramp_up else 0)
     cells = (len(wl.concurrency) + rates) * len(wl.classes)
     rows, total, launches = [], 0.0, 0
+    platforms = planned_platforms(spec)
     for arm in spec.arms:
         image = spec.image(arm.image)
-        platform = platform_planned(image)
+        platform = platforms[image.name]
         boots = 0 if image.backend == "endpoint" else blocks
         launches += boots
         total += boots * platform.boot_estimate_s + blocks * _block_s(spec, platform.decode_estimate_tok_s)
@@ -100,6 +102,7 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
 
     hosts = {h.name: h for h in spec.hosts}
     model = spec.model.path or "<generated model>"
+    platforms = planned_platforms(spec)
     out = []
     for arm in spec.arms:
         image = spec.image(arm.image)
@@ -112,7 +115,7 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
         launch = f"<run>-{arm.name}-b{block}"
         ranks: list[rk.Rank | None] = [*sorted(rendered, key=lambda r: r.role == "head")] or [None]
         for rank in ranks:
-            args = server_args(arm, platform_planned(image), ctx, "<port>", rank,
+            args = server_args(arm, platforms[image.name], ctx, "<port>", rank,
                                (rendered[0].address, "<master port>") if rendered else ("", 0))
             env = redact_env(rank.env if rank else arm.env)
             if image.backend == "docker":

@@ -58,8 +58,8 @@ def gate(cell: CellResult, gates: Gates) -> CellResult:
             f"{MAX_COALESCED_SHARE:.0%} allowed): the server buffered "
             "them, so per-stream decode rate is not measurable"
         )
-    needed = gates.running_needed(cell.concurrency) if cell.concurrency else 0
-    if cell.concurrency and cell.max_running_observed is not None and cell.max_running_observed < needed:
+    if (cell.concurrency and cell.max_running_observed is not None
+            and cell.max_running_observed < (needed := gates.running_needed(cell.concurrency))):
         reasons.append(
             f"concurrency {cell.concurrency} never reached (max running observed {cell.max_running_observed}): "
             f"below {needed}, {gates.min_running_share:.0%} of it (thresholds.min_running_share)"
