@@ -1,8 +1,10 @@
 """Imported before `specwatch bench` runs (see real_server.py): records what each cell sent and measured.
 
 For every measured request (not warm-ups) it appends one JSON line to $SPECWATCH_CAPTURE:
-{"c": concurrency, "index": i, "decode_tok_s": ..., "ttft_s": ..., "tokens": ...} after it ends, and the raw
-/metrics text right before and after each cell ({"c": ..., "metrics_before"/"metrics_after": text}). The prompts
+{"c": concurrency, "index": i, "decode_tok_s": ..., "ttft_s": ..., "tokens": ...} once its cell ended, and the
+raw /metrics text right before and after each cell ({"c": ..., "metrics_before"/"metrics_after": text}).
+The requests are read from the cell the parent process returns, so a cell whose streams ran in fan-out
+worker processes (spawned: they never import this module) is recorded like one that ran in-process. The prompts
 themselves come from `specwatch bench --dataset-out` (the product's export), which real_server.py hands to
 `vllm bench serve`, so the two tools are compared on identical requests.
 Benchmark-only: nothing here changes how specwatch times or counts.
@@ -10,17 +12,14 @@ Benchmark-only: nothing here changes how specwatch times or counts.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 
-from specwatch.bench import client, gauge, runner
+from specwatch.bench import gauge, runner
 
-_CONCURRENCY: contextvars.ContextVar[int | None] = contextvars.ContextVar("capture_concurrency", default=None)
 _OUT = open(os.environ["SPECWATCH_CAPTURE"], "a", buffering=1)  # noqa: SIM115 (lives as long as the process)
 
 _orig_run_cell = runner.run_cell
-_orig_stream = client.Client.stream
 
 
 async def _metrics_text(client) -> str:  # type: ignore[no-untyped-def]
@@ -31,27 +30,19 @@ async def _metrics_text(client) -> str:  # type: ignore[no-untyped-def]
 async def _run_cell(bench_client, key, *args, **kwargs):  # type: ignore[no-untyped-def]
     # The server's own histograms (decode time, TTFT) over the cell, read outside the cell's window:
     # before its prompts are built (no generation then) and after it returned.
-    concurrency = key.concurrency
-    _OUT.write(json.dumps({"c": concurrency, "metrics_before": await _metrics_text(bench_client)}) + "\n")
-    token = _CONCURRENCY.set(concurrency)
+    c = key.concurrency
+    _OUT.write(json.dumps({"c": c, "metrics_before": await _metrics_text(bench_client)}) + "\n")
     try:
-        return await _orig_run_cell(bench_client, key, *args, **kwargs)
+        cell = await _orig_run_cell(bench_client, key, *args, **kwargs)
     finally:
-        _CONCURRENCY.reset(token)
-        _OUT.write(json.dumps({"c": concurrency, "metrics_after": await _metrics_text(bench_client)}) + "\n")
-
-
-async def _stream(self, index, prompt, max_tokens, **kwargs):  # type: ignore[no-untyped-def]
-    c = _CONCURRENCY.get()
-    sample, output = await _orig_stream(self, index, prompt, max_tokens, **kwargs)
-    if c is not None:
-        _OUT.write(json.dumps({"c": c, "index": index, "decode_tok_s": sample.decode_tok_s, "ttft_s": sample.ttft_s,
-                               "tokens": sample.completion_tokens, "status": sample.status}) + "\n")
-    return sample, output
+        _OUT.write(json.dumps({"c": c, "metrics_after": await _metrics_text(bench_client)}) + "\n")
+    for r in cell.requests:
+        _OUT.write(json.dumps({"c": c, "index": r.index, "decode_tok_s": r.decode_tok_s, "ttft_s": r.ttft_s,
+                               "tokens": r.completion_tokens, "status": r.status}) + "\n")
+    return cell
 
 
 runner.run_cell = _run_cell
-client.Client.stream = _stream
 
 
 # SPECWATCH_NAMESPACE pins the nonce namespace, so a second `specwatch bench` run sends byte-identical

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
-# For tests about faults, not the client's capacity: on a loaded CI host the client-saturation gates
-# would reject healthy cells and hide what a fault did to them.
+# For tests about faults or ranks, not the client's capacity: on a loaded CI host the client-saturation
+# gates would reject healthy cells and hide what the test is about.
 LOOSE_CLIENT_GATES = {"client_loop_lag_ms": 5000, "client_cpu_share": 1.0, "client_send_lateness_ms": 5000}
+
+# What a loaded 2-core CI host does to a healthy cell of a CPU server: the client, or the API server
+# that shares its core, is starved of CPU, and the gates reject the cell for it, rightly (measured:
+# one core kept busy gave "client saturated" in every cell, half a core "arrived in one burst").
+# Tests of the flow accept a rejection that says so, and no other.
+HOST_STARVED = re.compile(r"client saturated|arrived in one burst")
+
+
+def accepted_or_host_starved(rejected: bool, reason: str | None) -> bool:
+    return not rejected or bool(reason and HOST_STARVED.search(reason))
 
 
 def endpoint_ab(name: str, base_url: str, cand_url: str, design: dict[str, Any],
