@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+# A shell without job control starts a background job with SIGINT ignored, and every child inherits
+# that, so the Ctrl-C tests' children would never see their signal (two failures when .ci/run was
+# started with `&`). A handler, unlike SIG_IGN, is reset on exec: the children start with the default.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _STATE = Path(tempfile.mkdtemp(prefix="specwatch-test-"))
 os.environ["SPECWATCH_HOME"] = str(_STATE / "home")

@@ -89,19 +89,19 @@ def test_signal_mid_cell_stops_the_server(tmp_path: Path, sig: int, busy_cores: 
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for_a_request_in_flight(tmp_path / "arm" / "server.log", proc)
-    except BaseException:
+        started = set(fake_servers()) - before
+        assert started, "the fake server should be running now"
+        signalled = time.monotonic()
+        os.kill(proc.pid, sig)
+        while set(fake_servers()) & started and time.monotonic() - signalled < 30:
+            time.sleep(0.05)
+        stopped_s = time.monotonic() - signalled
+        assert not (set(fake_servers()) & started), "a server was left behind"
+    except BaseException:  # what a failed test started, by the pids it started
         os.kill(proc.pid, signal.SIGKILL)
         for pid in set(fake_servers()) - before:
             os.kill(pid, signal.SIGKILL)
         raise
-    started = set(fake_servers()) - before
-    assert started, "the fake server should be running now"
-    signalled = time.monotonic()
-    os.kill(proc.pid, sig)
-    while set(fake_servers()) & started and time.monotonic() - signalled < 30:
-        time.sleep(0.05)
-    stopped_s = time.monotonic() - signalled
-    assert not (set(fake_servers()) & started), "a server was left behind"
     assert stopped_s < STOP_BUDGET_S, f"servers took {stopped_s:.1f}s to stop"
     proc.wait(30)
     assert proc.returncode != 0  # interrupted, not finished
