@@ -97,7 +97,7 @@ def validate(
         out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
                   highlight=False)
     if launches:
-        for r in rank_launches(spec):
+        for r in rank_launches(spec, p.platforms):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
                       highlight=False, markup=False, soft_wrap=True)
             for name, value in r.env.items():

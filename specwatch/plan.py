@@ -32,6 +32,7 @@ class Plan:
     launches: int
     seconds: float
     order: list[tuple[str, int]]
+    platforms: dict[str, Platform]  # per image name (planned_platforms): the launches use the same
 
 
 def planned_platforms(spec: ExperimentSpec) -> dict[str, Platform]:
@@ -75,7 +76,7 @@ def plan(spec: ExperimentSpec) -> Plan:
             requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(blocks * len(wl.classes) * (
                 sum(wl.cell_requests(c) for c in wl.concurrency) + rates * wl.requests_per_cell)),
         ))
-    return Plan(rows, blocks, launches, total, block_order([a.name for a in spec.arms], design.blocks))
+    return Plan(rows, blocks, launches, total, block_order([a.name for a in spec.arms], design.blocks), platforms)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class RankLaunch:
     env: dict[str, str]  # the rendered env file, secrets redacted
 
 
-def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
+def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: int = 1) -> list[RankLaunch]:
     """Per arm and rank, the exact launch (workers first, the head last; an arm without ranks is one
     server, rank 0), for `specwatch validate --plan`. An endpoint arm launches nothing.
 
@@ -102,7 +103,6 @@ def rank_launches(spec: ExperimentSpec, block: int = 1) -> list[RankLaunch]:
 
     hosts = {h.name: h for h in spec.hosts}
     model = spec.model.path or "<generated model>"
-    platforms = planned_platforms(spec)
     out = []
     for arm in spec.arms:
         image = spec.image(arm.image)

@@ -154,7 +154,7 @@ def test_chat_cells_through_the_models_template(vllm_image: ImageRef, demo_model
         # what the server prefilled through its template is what /tokenize on the messages said
         assert cell.window.server_prompt_tokens == sum(r.prompt_tokens for r in cell.requests)
         assert cell.window.mean_acceptance_length is not None and cell.window.mean_acceptance_length > 1.0
-        print(f"real chat {cell.key.label}: decode p50 {cell.decode_tok_s_median or 0:.1f} tok/s, "
+        print(f"real chat {cell.key.label}: decode p50 {cell.decode_tok_s_median or float('nan'):.1f} tok/s, "
               f"TTFT p50 {cell.ttft_s_median * 1e3:.0f} ms, mean acceptance length "
               f"{cell.window.mean_acceptance_length:.2f}, "
               f"prefix-cache hit rate {cell.window.prefix_cache_hit_rate:.1%}, "
