@@ -1,8 +1,9 @@
 """The A/B flow: images -> checkpoint -> arms (one after another, one host) -> ingest -> quality -> report.
 
-Thin on purpose: it decides order and what a failure means; the stages live in `tasks/`, the launches'
-order, resume and partial runs in the engine's runner (specwatch/engine/experiment.py), which gets the
-stages as Prefect tasks, the run logger and the cluster lock from here.
+Thin on purpose: it decides order and what a failure means. The stages live in `tasks/`; the launch
+order, the adaptive looks, resume and partial runs live in the engine's runner
+(specwatch/engine/experiment.py), which gets the stages as Prefect tasks, the run logger and the
+cluster lock from here.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
         result.ended_at = datetime.now(UTC)
         write_raw(result, run_dir)
         raise
-    except ResumeRefused:
+    except ResumeRefused:  # nothing of this attempt ran: results.json stays as it was
         raise
     except BaseException as exc:
         # The servers are stopped by now (the launch's `with` unwound); keep what was measured.
