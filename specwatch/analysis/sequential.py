@@ -19,8 +19,10 @@ Method: a group-sequential t-test with alpha spending, read as repeated confiden
   and every cell of every metric is shown non-inferior (its interval above -cell_margin): an
   intersection-union veto, so it needs no multiplicity correction, and a k7-like pattern (+5% at
   c=1, -14% at c=64) cannot promote on the average.
-- REVERT: a composite interval below -L, or one cell's interval below -cell_margin at a Bonferroni
-  level over cells (several cells could each trip it by chance).
+- REVERT: a composite interval below -L, or one cell's interval below -cell_margin at half the
+  look's alpha split over the cells (Bonferroni: several cells could each trip it by chance). The
+  half keeps a wrong REVERT within 1.5 alpha when both routes err; the composite keeps the full
+  alpha so that PROMOTE and REVERT mirror.
 - NO CHANGE: every composite inside +-L and every cell inside +-cell_margin (equivalence, TOST
   read off the same intervals): the futility/equivalence stop.
 - A call that is wrong (PROMOTE with a true composite <= +band, REVERT with >= -band, NO CHANGE
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -67,9 +69,16 @@ class SequentialDesign:
     min_rounds: int = 3
     max_rounds: int = 10
     cell_margin: float | None = None  # per-cell non-inferiority / equivalence margin; None: the band
-    spending_rho: float = 1.0  # power-family spending exponent: 1 Pocock-like, 3 O'Brien-Fleming-like
+    # Power-family spending exponent: 1 Pocock-like, 3 O'Brien-Fleming-like. 2 keeps early looks, whose
+    # t reference has 2-3 df without a prior, from spending much (their heavy tails made wrong-direction
+    # calls at rho 1), and still lets a run with a prior decide at 2-3 rounds (sequential_error_rates.py).
+    spending_rho: float = 2.0
     min_pooled_df: int = 6  # a prior is used only when prior + current df reach this
-    variance_check_alpha: float = 0.10  # the F test that drops a prior the run disagrees with
+    # The F test that drops a prior the run disagrees with, per side. A run noisier than its prior is
+    # the dangerous side (pooling would narrow the intervals: wrong calls), so it is checked at a
+    # liberal level; a quieter run only costs rounds.
+    check_noisier_alpha: float = 0.25
+    check_quieter_alpha: float = 0.05
 
     def __post_init__(self) -> None:
         def bad(name: str, value: object, fix: str) -> None:
@@ -90,8 +99,9 @@ class SequentialDesign:
             bad("spending_rho", self.spending_rho, "must be > 0; fix: use 1 (Pocock-like) to 3 (OBF-like)")
         if self.min_pooled_df < 1:
             bad("min_pooled_df", self.min_pooled_df, "must be >= 1; fix: use e.g. 6")
-        if not 0 < self.variance_check_alpha < 1:
-            bad("variance_check_alpha", self.variance_check_alpha, "must lie in (0, 1); fix: use e.g. 0.10")
+        for name in ("check_noisier_alpha", "check_quieter_alpha"):
+            if not 0 < getattr(self, name) < 1:
+                bad(name, getattr(self, name), "must lie in (0, 1); fix: use e.g. 0.25 / 0.05")
 
     @property
     def margin(self) -> float:
@@ -111,6 +121,11 @@ def look_alpha(design: SequentialDesign, n: int) -> float:
     return design.alpha * (frac(n) - (frac(n - 1) if n > design.min_rounds else 0.0))
 
 
+def cell_alarm_alpha(look: float, cells: int) -> float:
+    """One-sided alpha of a single cell's regression alarm at a look that spends `look`."""
+    return look / (2 * cells)
+
+
 @dataclass(frozen=True)
 class VarianceUsed:
     sd: float
@@ -122,8 +137,8 @@ def pool_variance(own_var: NDArray[np.float64], own_df: int, prior: PriorVarianc
                   design: SequentialDesign) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.bool_]]:
     """(variance, df, prior used) per element of own_var: the prior pooled in where it is usable.
 
-    Usable: prior + own df reach min_pooled_df, and (when the run has df to check with) an F test
-    of the run's variance against the prior does not reject at variance_check_alpha. Otherwise the
+    Usable: prior + own df reach min_pooled_df, and (when the run has df to check with) the F test
+    of the run's variance against the prior rejects on neither side. Otherwise the
     run's own variance (df 0: none, NaN). Vectorised for the simulation.
     """
     own_var = np.asarray(own_var, dtype=float)
@@ -134,15 +149,16 @@ def pool_variance(own_var: NDArray[np.float64], own_df: int, prior: PriorVarianc
     prior_var = prior.sd**2
     if own_df > 0:
         f = own_var / prior_var
-        p = 2 * np.minimum(stats.f.cdf(f, own_df, prior.df), stats.f.sf(f, own_df, prior.df))
-        agree = p >= design.variance_check_alpha
+        agree = ((stats.f.sf(f, own_df, prior.df) >= design.check_noisier_alpha)
+                 & (stats.f.cdf(f, own_df, prior.df) >= design.check_quieter_alpha))
     else:
         agree = np.ones(own_var.shape, dtype=bool)
     pooled = (prior.df * prior_var + own_df * np.nan_to_num(own_var)) / (prior.df + own_df)
     return np.where(agree, pooled, own), np.where(agree, prior.df + own_df, dfs), agree
 
 
-def variance_used(values: Sequence[float], prior: PriorVariance | None, design: SequentialDesign) -> VarianceUsed | None:
+def variance_used(values: Sequence[float], prior: PriorVariance | None,
+                  design: SequentialDesign) -> VarianceUsed | None:
     """The variance a unit's interval uses, with its source; None when there is none yet."""
     x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     own_df = max(x.size - 1, 0)
@@ -290,7 +306,7 @@ def decide(series: Sequence[CellSeries], design: SequentialDesign,
             f"bound over looks), one-sided alpha {design.alpha:g} per call; look {n} of "
             f"{design.min_rounds}..{design.max_rounds} spends {a:.4f} per side; composite = mean over "
             f"{sum(s.metric == lead for s in series)} cell(s) of {lead}; cells: non-inferiority at "
-            f"-{design.margin:.0%}, regression at a Bonferroni level over {len(cells)}")
+            f"-{design.margin:.0%}, regression alarm at alpha/2 split over {len(cells)}")
     lead_est = comps[lead]
 
     def result(outcome: Outcome, reason: str, more: int | None = None) -> SequentialDecision:
@@ -300,19 +316,20 @@ def decide(series: Sequence[CellSeries], design: SequentialDesign,
     if a == 0.0:
         return result("CONTINUE", f"{n} of the minimum {design.min_rounds} rounds done")
     lead_lo, lead_hi = lead_est.bounds(a)
-    # REVERT: a composite below the band, or one cell below its margin at a Bonferroni level over cells.
+    # REVERT: a composite below the band, or one cell below its margin (the regression alarm).
     worse = [f"{_label(e.result)} {_fmt(e.result)} below -{design.band:.0%}"
              for e in [lead_est, *others] if e.bounds(a)[1] < -L]
-    worse += [f"{_label(e.result)} below -{design.margin:.0%} at one-sided {a / len(cells):.4f}: {_fmt(e.result)}"
-              for e in cells if e.bounds(a / len(cells))[1] < -M]
+    a_cell = cell_alarm_alpha(a, len(cells))
+    worse += [f"{_label(e.result)} below -{design.margin:.0%} at one-sided {a_cell:.4f}: {_fmt(e.result)}"
+              for e in cells if e.bounds(a_cell)[1] < -M]
     if worse:
         return result("REVERT", "; ".join(worse))
     vetoed = [e.result for e in cells if e.bounds(a)[0] <= -M] + [e.result for e in others if e.bounds(a)[0] <= -L]
     if lead_lo > L and not vetoed:
         return result("PROMOTE", f"{_label(lead_est.result)} {_fmt(lead_est.result)} above +{design.band:.0%}, "
                                  f"every cell non-inferior (above -{design.margin:.0%})")
-    if (all(-L <= lo and hi <= L for lo, hi in (e.bounds(a) for e in comps.values()))
-            and all(-M <= lo and hi <= M for lo, hi in (e.bounds(a) for e in cells))):
+    if (all(lo >= -L and hi <= L for lo, hi in (e.bounds(a) for e in comps.values()))
+            and all(lo >= -M and hi <= M for lo, hi in (e.bounds(a) for e in cells))):
         return result("NO CHANGE", f"{_label(lead_est.result)} {_fmt(lead_est.result)} inside +-{design.band:.0%}, "
                                    f"every cell inside +-{design.margin:.0%}")
     if lead_lo > L:
@@ -357,8 +374,7 @@ def final_look_power(sd: float, df_extra: int, design: SequentialDesign, effect:
     """Chance that the look after `rounds` (the last of a design with max_rounds = rounds) calls a true
     relative `effect`: PROMOTE / REVERT in its direction outside the band, NO CHANGE inside it.
     Earlier looks can only add to it, so this is a floor. df_extra: prior df pooled in."""
-    d = SequentialDesign(design.alpha, design.band, min(design.min_rounds, rounds), rounds, design.cell_margin,
-                         design.spending_rho, design.min_pooled_df, design.variance_check_alpha)
+    d = replace(design, min_rounds=min(design.min_rounds, rounds), max_rounds=rounds)
     df = rounds - 1 + df_extra
     if df < 1 or (df_extra == 0 and rounds < OWN_VARIANCE_MIN_ROUNDS):
         return 0.0
