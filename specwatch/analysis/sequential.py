@@ -25,14 +25,20 @@ Method: a group-sequential t-test with alpha spending, read as repeated confiden
   alpha so that PROMOTE and REVERT mirror.
 - NO CHANGE: every composite inside +-L and every cell inside +-cell_margin (equivalence, TOST
   read off the same intervals): the futility/equivalence stop.
-- A call that is wrong (PROMOTE with a true composite <= +band, REVERT with >= -band, NO CHANGE
-  with a composite outside the band) therefore happens in at most alpha of runs, at every stopping
-  round: the intervals hold simultaneously over all looks.
+- A call that is wrong (PROMOTE with a true composite <= +band, NO CHANGE with a composite outside
+  the band, REVERT with every true effect >= -band) therefore happens in at most alpha of runs
+  (REVERT: 1.5 alpha), whatever round the run stops at: the intervals hold simultaneously over all
+  looks. Exactly so for normal round values and the run's own variance; with a prior pooled in,
+  as far as the prior is right, which is what the F check below guards.
+- INCONCLUSIVE (the maximum reached) comes with the rounds after which the composite, at its
+  estimate and variance, would be called with 50% chance (`rounds_needed`, which also serves
+  `validate --plan`).
 
 Variance: a paired per-round sd measured before the run (A/A calibration) is pooled with the run's
-own only when the two agree (two-sided F test) and the pooled degrees of freedom reach
-`min_pooled_df`; the t reference then has prior + current df. Without a usable prior, no call
-comes before 3 rounds (DOMAIN rule 7).
+own only when the pooled degrees of freedom reach `min_pooled_df` and an F test of the run's
+variance against it rejects on neither side (the noisier side at a liberal level); the t reference
+then has prior + current df. Without a usable prior, no call comes before 3 rounds (DOMAIN rule 7).
+The simulation (benchmarks/sequential_error_rates.py) measures the rates when the prior is off 2x.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, NoReturn
 
 import numpy as np
 from numpy.typing import NDArray
@@ -48,7 +54,7 @@ from scipy import stats
 
 Outcome = Literal["PROMOTE", "REVERT", "NO CHANGE", "INCONCLUSIVE", "CONTINUE"]
 OUTCOMES: tuple[Outcome, ...] = ("PROMOTE", "REVERT", "NO CHANGE", "INCONCLUSIVE", "CONTINUE")
-COMPOSITE = "composite"  # the cell name under which a composite's prior variance is keyed
+COMPOSITE = "composite"  # the cell name of a metric's composite in the results (reserved)
 OWN_VARIANCE_MIN_ROUNDS = 3  # DOMAIN rule 7: the floor for a test that learns its variance from the run
 _PLAN_CAP = 10_000  # rounds: beyond this a plan says "not reachable"
 
@@ -64,6 +70,8 @@ class PriorVariance:
 
 @dataclass(frozen=True)
 class SequentialDesign:
+    """How a run decides: the error of each call, the band, the rounds allowed, the spending."""
+
     alpha: float = 0.05  # one-sided error of each call (PROMOTE, REVERT, NO CHANGE)
     band: float = 0.05  # the practical band: an effect within +-band is no change
     min_rounds: int = 3
@@ -81,7 +89,7 @@ class SequentialDesign:
     check_quieter_alpha: float = 0.05
 
     def __post_init__(self) -> None:
-        def bad(name: str, value: object, fix: str) -> None:
+        def bad(name: str, value: object, fix: str) -> NoReturn:
             raise ValueError(f"design.{name}={value!r}: {fix}")
 
         if not 0 < self.alpha < 0.5:
@@ -117,8 +125,10 @@ def look_alpha(design: SequentialDesign, n: int) -> float:
     """One-sided error spent at the look after round n (0 before min_rounds or past max_rounds)."""
     if n < design.min_rounds or n > design.max_rounds:
         return 0.0
-    frac = lambda r: (r / design.max_rounds) ** design.spending_rho  # noqa: E731
-    return design.alpha * (frac(n) - (frac(n - 1) if n > design.min_rounds else 0.0))
+    def spent(r: int) -> float:
+        return design.alpha * (r / design.max_rounds) ** design.spending_rho
+
+    return spent(n) - (spent(n - 1) if n > design.min_rounds else 0.0)
 
 
 def cell_alarm_alpha(look: float, cells: int) -> float:
@@ -128,9 +138,12 @@ def cell_alarm_alpha(look: float, cells: int) -> float:
 
 @dataclass(frozen=True)
 class VarianceUsed:
+    """The per-round sd an interval rests on, its t reference df, and where it came from."""
+
     sd: float
     df: int
     source: str
+    prior_used: bool = False
 
 
 def pool_variance(own_var: NDArray[np.float64], own_df: int, prior: PriorVariance | None,
@@ -167,14 +180,13 @@ def variance_used(values: Sequence[float], prior: PriorVariance | None,
     if not math.isfinite(var):
         return None
     own_sd = f"{math.sqrt(own_var):.3f}" if own_df else "n/a"
+    if prior is None:
+        return VarianceUsed(math.sqrt(var), int(df), f"this run (sd {own_sd}, df {own_df})")
+    stored = f"{prior.source} (sd {prior.sd:.3f}, df {prior.df})"
     if used:
-        return VarianceUsed(math.sqrt(var), int(df), f"pooled: {prior.source} (sd {prior.sd:.3f}, df {prior.df}) "  # type: ignore[union-attr]
-                            f"+ this run (sd {own_sd}, df {own_df})")
-    why = ""
-    if prior is not None:
-        why = (f"; prior {prior.source} (sd {prior.sd:.3f}, df {prior.df}) "
-               + ("too few pooled df" if prior.df + own_df < design.min_pooled_df else "disagrees (F test)"))
-    return VarianceUsed(math.sqrt(var), int(df), f"this run (sd {own_sd}, df {own_df}){why}")
+        return VarianceUsed(math.sqrt(var), int(df), f"pooled: {stored} + this run (sd {own_sd}, df {own_df})", True)
+    why = "too few pooled df" if prior.df + own_df < design.min_pooled_df else "disagrees (F test)"
+    return VarianceUsed(math.sqrt(var), int(df), f"this run (sd {own_sd}, df {own_df}); prior {stored} {why}")
 
 
 @dataclass(frozen=True)
@@ -188,6 +200,8 @@ class Interval:
 
 @dataclass(frozen=True)
 class UnitResult:
+    """One cell (or a metric's composite) at this look."""
+
     cell: str  # a cell key, or COMPOSITE
     metric: str
     rounds: int  # rounds with a value
@@ -197,6 +211,8 @@ class UnitResult:
 
 @dataclass(frozen=True)
 class SequentialDecision:
+    """What a run decided after `rounds` rounds, with everything a report states about it."""
+
     outcome: Outcome
     rounds: int
     composite: UnitResult  # the lead metric's composite
@@ -232,7 +248,7 @@ class _Estimate:
         """Log-scale interval at one-sided alpha; infinite without a variance, or with the run's own
         variance before 3 rounds (DOMAIN rule 7)."""
         var = self.result.variance
-        if self.n == 0 or var is None or alpha <= 0 or (var.df == self.n - 1 and self.n < OWN_VARIANCE_MIN_ROUNDS):
+        if self.n == 0 or var is None or alpha <= 0 or (not var.prior_used and self.n < OWN_VARIANCE_MIN_ROUNDS):
             return -math.inf, math.inf
         half = float(stats.t.ppf(1 - alpha, var.df)) * var.sd / math.sqrt(self.n)
         return self.mean - half, self.mean + half
@@ -315,7 +331,7 @@ def decide(series: Sequence[CellSeries], design: SequentialDesign,
 
     if a == 0.0:
         return result("CONTINUE", f"{n} of the minimum {design.min_rounds} rounds done")
-    lead_lo, lead_hi = lead_est.bounds(a)
+    lead_lo = lead_est.bounds(a)[0]
     # REVERT: a composite below the band, or one cell below its margin (the regression alarm).
     worse = [f"{_label(e.result)} {_fmt(e.result)} below -{design.band:.0%}"
              for e in [lead_est, *others] if e.bounds(a)[1] < -L]
@@ -413,6 +429,6 @@ def _more_rounds(lead: UnitResult, design: SequentialDesign) -> int | None:
     estimate and variance at face value. Cells held back by the veto may need more."""
     if lead.interval is None or lead.variance is None:
         return None
-    prior_df = max(lead.variance.df - (lead.rounds - 1), 0)
+    prior_df = lead.variance.df - (lead.rounds - 1) if lead.variance.prior_used else 0
     need = rounds_needed(lead.variance.sd, design, lead.interval.estimate, 0.5, prior_df)
     return None if need is None else max(1, need - lead.rounds)
