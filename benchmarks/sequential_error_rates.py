@@ -57,7 +57,7 @@ STORED_RUN = ROOT / "benchmarks/results/h200-2026-12-02/kimage-results.json.gz"
 EFFECTS = (0.0, 0.025, -0.025, 0.05, -0.05, 0.10, -0.10, 0.20, -0.20)
 CPU_ARM_SD = 0.10  # per-arm launch sd on the CPU (DOMAIN rule 7: boots swing 45-65 tok/s, ~55 +- 5.5)
 PRIOR_DF = 8  # an A/A of 9 rounds, or a few shorter ones pooled
-QUIET_SD = 0.03  # not measured yet: where the goal (+-10% called in 90%, median <= 3 rounds) comes within reach
+QUIET_SD = 0.02  # not measured yet: where the goal (+-10% called in 90%, median <= 3 rounds) comes within reach
 PLAN_SDS = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
 _CODE = {o: i for i, o in enumerate(OUTCOMES)}
 
@@ -234,12 +234,14 @@ def main() -> None:
     null_calls: dict[str, list[tuple[float, str]]] = defaultdict(list)
     wrong_dir: dict[str, list[tuple[float, str]]] = defaultdict(list)
     inside_calls: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    goal_met: list[str] = []
     power_rows: list[str] = []
     for noise in (six, c1, cpu, quiet):
         for scale in (1.0, 2.0):
             nz = noise if scale == 1 else noise.scaled(scale)
             for label, design, factor in conditions:
                 kind = "stress" if label.startswith("stress") else "target"
+                right = factor is None or factor == 1.0
                 lines.append(f"\n{nz.name} | {label}")
                 lines.append(f"  {'effect':>7}  " + "  ".join(f"{o:>12}" for o in OUTCOMES[:4])
                              + "  mean rounds  median rounds")
@@ -253,14 +255,16 @@ def main() -> None:
                     if effect == 0:
                         null_calls[kind].append((called, where))
                     if abs(effect) <= own.band:
-                        inside_calls[kind].append((called, where))
+                        inside_calls["right" if right else kind].append((called, where))
                     if abs(effect) == 0.10:
                         wrong = rate["REVERT"] if effect > 0 else rate["PROMOTE"]
                         wrong_dir[kind].append((wrong, where))
-                        right = rate["PROMOTE"] if effect > 0 else rate["REVERT"]
-                        right_rounds = rounds[code == _CODE["PROMOTE" if effect > 0 else "REVERT"]]
-                        med = f"{np.median(right_rounds):.0f}" if right_rounds.size else "-"
-                        power_rows.append(f"  {where:<72} power {right:6.1%}  median rounds of those calls {med}")
+                        power = rate["PROMOTE"] if effect > 0 else rate["REVERT"]
+                        called_rounds = rounds[code == _CODE["PROMOTE" if effect > 0 else "REVERT"]]
+                        med = f"{np.median(called_rounds):.0f}" if called_rounds.size else "-"
+                        power_rows.append(f"  {where:<72} power {power:6.1%}  median rounds of those calls {med}")
+                        if power >= 0.9 and np.median(rounds) <= 3:
+                            goal_met.append(where)
 
     def target(name: str, rows: list[tuple[float, str]], limit: float) -> None:
         worst, where = max(rows)
@@ -272,13 +276,16 @@ def main() -> None:
     target("a true 0 called PROMOTE or REVERT", null_calls["target"], 0.05)
     target("a wrong-direction call at +-10%", wrong_dir["target"], 0.01)
     lines.append("Issue rule, reported: a true effect inside the band (0, +-2.5%, +-5%) called PROMOTE or REVERT")
-    target("inside the band called", inside_calls["target"], 0.05)
+    target("inside the band called, variance right (own or stored)", inside_calls["right"], 0.05)
+    target("inside the band called, stored variance off 2x", inside_calls["target"], 0.05)
     lines.append("Stress, reported (the stored sd off 2x, its variance 4x):")
     target("a true 0 called PROMOTE or REVERT", null_calls["stress"], 0.05)
     target("a wrong-direction call at +-10%", wrong_dir["stress"], 0.01)
     target("inside the band called", inside_calls["stress"], 0.05)
     lines.append("\nPower at +-10% (called in its direction within the maximum rounds):")
     lines += power_rows
+    lines.append("Goal (+-10% called right in >= 90% of runs, median <= 3 rounds) met at: "
+                 + ("; ".join(goal_met) if goal_met else "none of the rows above"))
     lines.append(f"\nRounds to call a true +10% / -10% / 0% with 90% power at the last look (rounds_needed, a floor on"
                  f" the sequential design's power; composite paired sd; own variance | stored, {PRIOR_DF} df):")
     for sd in PLAN_SDS:
