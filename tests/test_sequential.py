@@ -148,6 +148,23 @@ def test_a_rejected_cell_drops_that_round_from_the_composite():
     assert got.outcome == "PROMOTE"
 
 
+def test_a_cell_rejected_in_every_round_leaves_no_composite_and_never_promotes():
+    # like the old rule's "missing level": a composite without one of its cells is not the composite
+    cells = planted(0.30, 0.01, DESIGN.max_rounds, ("c1",)) + [CellSeries("c64", METRIC, (math.nan,) * 10)]
+    got = decide(cells, DESIGN)
+    assert got.outcome == "INCONCLUSIVE"
+    assert got.composite.rounds == 0 and "(no rounds)" in got.reason
+
+
+def test_a_second_metric_is_guarded_and_can_revert():
+    steady = tuple(math.log1p(0.3) + d for d in (0.001, -0.001, 0.0, 0.001))
+    worse = tuple(math.log1p(-0.3) + d for d in (0.001, -0.001, 0.0, 0.001))  # TTFT 30% worse, normalised
+    got = decide([CellSeries("c1", METRIC, steady), CellSeries("c1", "ttft_ms_p50", worse)], DESIGN)
+    assert got.outcome == "REVERT"
+    assert "ttft_ms_p50 composite" in got.reason
+    assert got.composite.metric == METRIC
+
+
 def test_alpha_spending_adds_up_to_alpha():
     spent = sum(look_alpha(DESIGN, n) for n in range(1, DESIGN.max_rounds + 1))
     assert spent == pytest.approx(DESIGN.alpha)
