@@ -55,7 +55,7 @@ SHARED_RUN = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "sha
                   ROOT.parent / "shared") / "data/h200-smollm2-k7-vs-k5/results.json.gz"
 STORED_RUN = ROOT / "benchmarks/results/h200-2026-12-02/kimage-results.json.gz"
 EFFECTS = (0.0, 0.025, -0.025, 0.05, -0.05, 0.10, -0.10, 0.20, -0.20)
-CPU_ARM_SD = 0.10  # per-arm launch sd on the CPU (DOMAIN rule 7: boots swing 45-65 tok/s, ~55 +- 5.5)
+CPU_ARM_SD = 0.10  # per-arm launch sd on the CPU (measurement rule 7: boots swing 45-65 tok/s, ~55 +- 5.5)
 PRIOR_DF = 8  # an A/A of 9 rounds, or a few shorter ones pooled
 QUIET_SD = 0.02  # not measured yet: where the goal (+-10% called in 90%, median <= 3 rounds) comes within reach
 PLAN_SDS = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
@@ -211,7 +211,7 @@ def main() -> None:
     lines: list[str] = []
     six, c1 = fit(lines)
     cpu = Noise("CPU-like, 2 cells", (CPU_ARM_SD * math.sqrt(2),) * 2, six.rho)
-    lines.append(f"CPU-like: no per-launch CPU A/B is stored; per-arm launch sd {CPU_ARM_SD} (DOMAIN rule 7, the "
+    lines.append(f"CPU-like: no per-launch CPU A/B is stored; per-arm launch sd {CPU_ARM_SD} (measurement rule 7, the "
                  f"default of benchmarks/adaptive_stopping.py), paired sd {cpu.cell_sd[0]:.3f}, same rho")
     quiet = Noise(f"quiet, 2 cells (paired sd {QUIET_SD}: what pairing and longer cells aim for)", (QUIET_SD,) * 2,
                   six.rho)

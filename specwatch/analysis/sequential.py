@@ -1,7 +1,7 @@
 """The sequential A/B decision over rounds (issue 22): PROMOTE, REVERT, NO CHANGE, INCONCLUSIVE, or
 CONTINUE while undecided with rounds left.
 
-A round is one launch of each arm; it is the unit of replication (DOMAIN rule 7). The input is,
+A round is one launch of each arm; it is the unit of replication (measurement rule 7). The input is,
 per cell and judged metric, one paired value per completed round: log(candidate / baseline) of the
 round's cell summary, direction-normalised so that + is better. NaN marks a rejected cell.
 
@@ -37,7 +37,7 @@ Method: a group-sequential t-test with alpha spending, read as repeated confiden
 Variance: a paired per-round sd measured before the run (A/A calibration) is pooled with the run's
 own only when the pooled degrees of freedom reach `min_pooled_df` and an F test of the run's
 variance against it rejects on neither side (the noisier side at a liberal level); the t reference
-then has prior + current df. Without a usable prior, no call comes before 3 rounds (DOMAIN rule 7).
+then has prior + current df. Without a usable prior, no call comes before 3 rounds (measurement rule 7).
 The simulation (benchmarks/sequential_error_rates.py) measures the rates when the prior is off 2x.
 """
 
@@ -55,7 +55,7 @@ from scipy import stats
 Outcome = Literal["PROMOTE", "REVERT", "NO CHANGE", "INCONCLUSIVE", "CONTINUE"]
 OUTCOMES: tuple[Outcome, ...] = ("PROMOTE", "REVERT", "NO CHANGE", "INCONCLUSIVE", "CONTINUE")
 COMPOSITE = "composite"  # the cell name of a metric's composite in the results (reserved)
-OWN_VARIANCE_MIN_ROUNDS = 3  # DOMAIN rule 7: the floor for a test that learns its variance from the run
+OWN_VARIANCE_MIN_ROUNDS = 3  # measurement rule 7: the floor for a test that learns its variance from the run
 _PLAN_CAP = 10_000  # rounds: beyond this a plan says "not reachable"
 
 
@@ -246,7 +246,7 @@ class _Estimate:
 
     def bounds(self, alpha: float) -> tuple[float, float]:
         """Log-scale interval at one-sided alpha; infinite without a variance, or with the run's own
-        variance before 3 rounds (DOMAIN rule 7)."""
+        variance before 3 rounds (measurement rule 7)."""
         var = self.result.variance
         if self.n == 0 or var is None or alpha <= 0 or (not var.prior_used and self.n < OWN_VARIANCE_MIN_ROUNDS):
             return -math.inf, math.inf
