@@ -31,6 +31,7 @@ from specwatch.engine.launchers import LaunchContext
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.report.rows import VerdictRow, headline, verdict_rows
+from specwatch.resolve import resolve
 from specwatch.runid import new_run_id
 from specwatch.spec import ArmSpec, ExperimentSpec, SweepSpec
 from specwatch.store.db import DatabaseError
@@ -278,6 +279,7 @@ def ab(
     `resume`: a run id; its run dir's results.json is continued (finished launches skipped), `experiment`
     must be the one stored there (`specwatch run --resume` reads it from there).
     """
+    experiment = resolve(experiment)  # Prefect only parsed it: a bad spec from the UI fails before anything runs
     processes.install_signal_handlers()
     run_id = resume or new_run_id()
     run_dir = paths.runs_dir() / run_id

@@ -14,7 +14,8 @@ from prefect.states import Completed, Failed, State
 from pydantic import BaseModel, Field
 
 from flows.ab import RunOutcome, ab
-from specwatch.spec import SpecError, load_spec, stored_spec
+from specwatch.resolve import load_spec, stored_spec
+from specwatch.spec import SpecError
 from specwatch.store.rundir import read_raw
 from tasks.quality import check_history
 from tasks.report import write_report

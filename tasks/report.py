@@ -10,7 +10,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from specwatch.records import RunResult
 from specwatch.report import markdown, sweep
 from specwatch.report.rows import verdict_rows
-from specwatch.spec import stored_spec
+from specwatch.resolve import stored_spec
 from specwatch.store.db import connect
 
 

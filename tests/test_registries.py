@@ -20,7 +20,8 @@ from specwatch.engine.arm import run_arm
 from specwatch.engine.handle import ServerHandle
 from specwatch.engine.launchers import LaunchContext, free_port, spawn_server
 from specwatch.records import ImageRef
-from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, SamplingSpec
+from specwatch.resolve import resolve
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, SamplingSpec, SpecError
 from specwatch_testing.server import fake_vllm_argv
 
 
@@ -89,8 +90,8 @@ def spec() -> ExperimentSpec:
 
 
 def test_names_outside_the_registries_are_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="backend 'fixture' is not one of docker, endpoint, python, venv"):
-        spec()
+    with pytest.raises(SpecError, match="backend 'fixture' is not one of docker, endpoint, python, venv"):
+        resolve(spec())
 
 
 def test_a_registered_backend_launcher_and_protocol_run_an_arm(registered: None, tmp_path: Path) -> None:

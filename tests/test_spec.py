@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec, load_spec
+from specwatch.resolve import load_spec
+from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
 

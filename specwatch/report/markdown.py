@@ -14,7 +14,8 @@ from specwatch.analysis.verdict import Assessment, assess
 from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
 from specwatch.report.rows import headline, metric_rows, verdict_rows
-from specwatch.spec import ExperimentSpec, stored_spec
+from specwatch.resolve import stored_spec
+from specwatch.spec import ExperimentSpec
 
 REPORT_FILE = "report.md"
 
