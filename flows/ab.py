@@ -28,6 +28,7 @@ from specwatch.engine import orphans, processes
 from specwatch.engine.checkpoint import CheckpointError
 from specwatch.engine.images import ImageError, python_of
 from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import stoppers
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.report.rows import VerdictRow, headline, verdict_rows
@@ -123,7 +124,7 @@ class _Blocks:
         if arm.image in self.image_errors:
             self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
             return
-        for line in orphans.sweep():  # servers a killed run left behind hold the machine: stop them first
+        for line in orphans.sweep(stoppers()):  # servers a killed run left behind hold the machine: stop them first
             logger.warning("%s", line)
         host = {h.name: h for h in self.spec.hosts}.get(arm.host)  # None: this machine
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
@@ -296,7 +297,7 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     result = _resumed(run_dir) if resume else new_result(spec, run_id, experiment_file)
     result.flow_run_id = flow_run.id
     # Before this run's lock is taken: a resumed run's own orphans (its killed flow's servers) are orphans too.
-    for line in orphans.sweep():
+    for line in orphans.sweep(stoppers()):
         logger.warning("%s", line)
     if (stopped := measure_guarded(spec, result, run_dir, db_path, cluster)) is not None:
         return stopped

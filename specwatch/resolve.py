@@ -16,19 +16,19 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from specwatch import ranks, templates
+from specwatch import ranks
 from specwatch.analysis.metrics import unknown_metrics
 from specwatch.bench.corpus import read_corpus
 from specwatch.bench.prompts import SOURCES
 from specwatch.bench.protocols import PROTOCOLS
 from specwatch.bench.transports import TRANSPORTS
-from specwatch.engine.images import BACKENDS
-from specwatch.engine.launchers import LAUNCHERS
-from specwatch.engine.launchers.command import COMMAND_FIELDS
+from specwatch.engine.images.registry import BACKENDS
+from specwatch.engine.launchers.registry import LAUNCHERS
 from specwatch.spec import (
     ArmSpec,
     ExperimentSpec,
     HostSpec,
+    ImageSpec,
     SpecError,
     WorkloadSpec,
     parse_spec,
@@ -69,27 +69,28 @@ def _one_of(kind: str, name: str, known: Collection[str]) -> str | None:
     return None if name in known else f"{kind} {name!r} is not one of {', '.join(sorted(known))}"
 
 
-def _raised(check: Callable[..., object], *args: Any) -> str | None:
-    """The message of the ValueError `check(*args)` raises, else None."""
+def _problem(check: Callable[..., object], *args: Any) -> str | None:
+    """What `check(*args)` finds wrong: the message it returns or the ValueError it raises; else None."""
     try:
-        check(*args)
+        found = check(*args)
     except ValueError as exc:
         return str(exc)
-    return None
+    return found if isinstance(found, str) else None
 
 
 def _fields(spec: ExperimentSpec, stored: bool) -> Iterator[Problem]:
-    """Each field's names and files, in the file's order."""
+    """Each field's names and files, in the file's order; an image or arm is checked by its plugin."""
     for i, image in enumerate(spec.images):
         if problem := _one_of("backend", image.backend, BACKENDS):
             yield ("images", i, "backend"), problem
-    # endpoint images pick the endpoint launcher themselves; an arm never names it
-    named = {name for name in LAUNCHERS if name != "endpoint"}
+        elif problem := _problem(BACKENDS[image.backend].check_image, image, not stored):
+            yield ("images", i), problem
+    named = {name for name, launcher in LAUNCHERS.items() if launcher.named_by_arms}
     for i, arm in enumerate(spec.arms):
         if problem := _one_of("launcher", arm.launcher, named):
             yield ("arms", i, "launcher"), problem
-        elif arm.command and (problem := _raised(templates.check, arm.command, COMMAND_FIELDS)):
-            yield ("arms", i), f"arm {arm.name!r}: command {problem}"
+        elif problem := _problem(LAUNCHERS[arm.launcher].check_arm, arm):
+            yield ("arms", i), problem
     yield from ((("workload", *loc), problem) for loc, problem in workload_problems(spec.workload, stored=stored))
     if problem := unknown_metrics(spec.verdict.metrics):
         yield ("verdict", "metrics"), f"{problem}; fix: use those names"
@@ -104,22 +105,38 @@ def workload_problems(wl: WorkloadSpec, *, stored: bool = False) -> Iterator[Pro
     for i, name in enumerate(wl.prompt_classes):
         if problem := _one_of("prompt class", name, SOURCES):
             yield ("prompt_classes", i), problem
-    if wl.corpus is not None and not stored and (problem := _raised(read_corpus, wl.corpus)):
+    if wl.corpus is not None and not stored and (problem := _problem(read_corpus, wl.corpus)):
         yield ("corpus",), problem
     if problem := _one_of("client_transport", wl.client_transport, TRANSPORTS):
         yield ("client_transport",), problem
 
 
 def _launches(spec: ExperimentSpec) -> Iterator[Problem]:
-    """The experiment as a whole, as parsing checks it: each arm's ranks rendered on its hosts, then the
-    single variable under test, then the sweep's depths. Only the first problem: each assumes the last passed."""
+    """The experiment as a whole: each arm with its image (its backend's check, the container pairing),
+    then each arm's launch (its launcher's check, its ranks rendered on its hosts), then the single
+    variable under test, then the sweep's depths. Only the first problem: each assumes the last passed."""
     hosts = {h.name: h for h in spec.hosts}
-    checks: list[Callable[[], None]] = [partial(_ranks_launch, arm, hosts) for arm in spec.arms]
+    pairs = [(arm, spec.image(arm.image)) for arm in spec.arms]
+    checks: list[Callable[[], object]] = []
+    for arm, image in pairs:
+        checks += [partial(BACKENDS[image.backend].check_arm, arm, image), partial(_containers, arm, image)]
+    for arm, image in pairs:
+        checks += [partial(LAUNCHERS[arm.launcher].check_launch, arm, image, spec), partial(_ranks_launch, arm, hosts)]
     checks += [spec.check_single_variable, spec.check_depths_fit]
     for check in checks:
-        if problem := _raised(check):
+        if problem := _problem(check):
             yield (), problem
             return
+
+
+def _containers(arm: ArmSpec, image: ImageSpec) -> str | None:
+    """Container images run only in launchers that run containers, and those run nothing else."""
+    if BACKENDS[image.backend].containers == LAUNCHERS[arm.launcher].containers:
+        return None
+    launchers = ", ".join(sorted(n for n, launcher in LAUNCHERS.items() if launcher.containers))
+    backends = ", ".join(sorted(n for n, backend in BACKENDS.items() if backend.containers))
+    return (f"arm {arm.name!r}: launcher {launchers} runs container images (backend {backends}) and they run only "
+            f"in it; image {arm.image!r} is backend {image.backend}, the arm's launcher {arm.launcher}")
 
 
 def _ranks_launch(arm: ArmSpec, hosts: dict[str, HostSpec]) -> None:

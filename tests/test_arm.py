@@ -150,7 +150,7 @@ def test_probes_are_greedy_token_ids_of_fixed_prompts(tmp_path: Path) -> None:
 
 
 def test_the_vllm_launcher_passes_max_model_len_and_the_host(tmp_path: Path) -> None:
-    from specwatch.engine.launchers import launcher_for
+    from specwatch.engine.launchers.registry import launcher_for
 
     spec = ExperimentSpec.model_validate({**experiment().model_dump(), "arms": [
         {"name": "cand", "image": "local", "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}]})

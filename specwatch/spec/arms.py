@@ -132,8 +132,7 @@ class ArmSpec(Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]
     image: str
     speculative: SpeculativeSpec | None = Field(default=None, description="null = speculation off")
-    launcher: str = Field(default="vllm",
-                          description="a launcher (specwatch.engine.launchers): vllm, command")
+    launcher: str = Field(default="vllm", description="a launcher (specwatch/engine/launchers/registry.py)")
     command: str | None = Field(
         default=None,
         description="template for launcher=command: {python} {port} {model} {served_name} {k} {spec_config} {args}",
@@ -157,14 +156,6 @@ class ArmSpec(Strict):
     @field_serializer("command", when_used="json")
     def _command_json(self, command: str | None) -> str | None:
         return None if command is None else redact_words(command)
-
-    @model_validator(mode="after")
-    def _launcher_fields(self) -> ArmSpec:
-        if self.launcher == "command" and not self.command:
-            raise ValueError(f"arm {self.name!r}: launcher command needs command (a template with {{port}})")
-        if self.launcher == "vllm" and self.command:
-            raise ValueError(f"arm {self.name!r}: command is only used with launcher: command")
-        return self
 
     @property
     def k(self) -> int | None:

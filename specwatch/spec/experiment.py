@@ -50,20 +50,8 @@ class ExperimentSpec(Strict):
         for arm in self.arms:
             if arm.image not in images:
                 raise ValueError(f"arm {arm.name!r}: image {arm.image!r} is not defined; images are {sorted(images)}")
-            if images[arm.image].backend == "endpoint" and arm.launcher == "command":
-                raise ValueError(f"arm {arm.name!r}: an endpoint image is already running; drop launcher: command")
-            if (images[arm.image].backend == "docker") != (arm.launcher == "docker"):
-                raise ValueError(f"arm {arm.name!r}: launcher docker runs container images (backend docker) and "
-                                 f"they run only in it; image {arm.image!r} is backend "
-                                 f"{images[arm.image].backend}, the arm's launcher {arm.launcher}")
         hosts = {h.name: h for h in self.hosts}
         for arm in self.arms:
-            shared = sorted({r.host for r in arm.ranks if [x.host for x in arm.ranks].count(r.host) > 1})
-            if arm.launcher == "docker" and shared:
-                # seen: two vllm-cpu ranks on one host network both hang after distributed init
-                raise ValueError(f"arm {arm.name!r}: ranks share host {shared[0]!r}; docker ranks run on the host "
-                                 "network, where two ranks collide on vLLM's ports: give each rank its own host, or "
-                                 "use launcher vllm with netns hosts on one machine")
             if arm.host != LOCAL and arm.host not in hosts:
                 raise ValueError(f"arm {arm.name!r}: host {arm.host!r} is not defined; hosts are "
                                  f"{sorted({LOCAL, *hosts})}")

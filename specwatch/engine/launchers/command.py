@@ -7,17 +7,40 @@ import sys
 
 from specwatch import templates
 from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import LaunchContext, free_port, register, spawn_server
+from specwatch.engine.launchers import PROCESS_STOPPERS, LaunchContext, free_port, spawn_server, vllm
+from specwatch.engine.platforms import Platform
+from specwatch.ranks import Rank
 from specwatch.records import ImageRef
-from specwatch.spec import ArmSpec
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec
 
-# What a command template may use ({python} {port} ...); ArmSpec checks the template against it.
+# What a command template may use ({python} {port} ...); check_arm checks the template against it.
 COMMAND_FIELDS = ("python", "port", "host", "model", "served_name", "k", "spec_config", "args")
 
 
 class CommandLauncher:
     name = "command"
     boot_log_has_config = False  # a team's script may log anything: k comes from /metrics
+    named_by_arms = True
+    boots = True
+    containers = False
+    stoppers = PROCESS_STOPPERS
+
+    def check_arm(self, arm: ArmSpec) -> str | None:
+        if not arm.command:
+            return f"arm {arm.name!r}: launcher command needs command (a template with {{port}})"
+        try:
+            templates.check(arm.command, COMMAND_FIELDS)
+        except templates.TemplateError as exc:
+            return f"arm {arm.name!r}: command {exc}"
+        return None
+
+    def check_launch(self, arm: ArmSpec, image: ImageSpec, spec: ExperimentSpec) -> str | None:
+        return None
+
+    def plan_argv(self, arm: ArmSpec, platform: Platform, ctx: LaunchContext, rank: Rank | None, launch: str,
+                  image: ImageSpec) -> list[str]:
+        # as the plan has always shown it: vLLM's own server with the arm's args, not the team's script
+        return vllm.PLUGIN.plan_argv(arm, platform, ctx, rank, launch, image)
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
         port = free_port(ctx.host)
@@ -37,4 +60,4 @@ class CommandLauncher:
         return spawn_server(["bash", "-c", templates.fill(arm.command, quoted)], arm, image, ctx, port, self.name)
 
 
-register(CommandLauncher())
+PLUGIN = CommandLauncher()
