@@ -1,5 +1,5 @@
 """Multi-rank arms: one server spread over ranks (tensor parallel across hosts), each rank with
-its own env rendered from templates. Pure: the spec validates with it and launchers start from it.
+its own env rendered from templates. Pure: specwatch.resolve checks with it and launchers start from it.
 
 A mismatch in a rank-invariant setting (the speculative config, the model, parallel sizes, ...)
 deadlocks NCCL with no error (vLLM PR #44718 exists because of it), so ranks that differ in one

@@ -178,3 +178,16 @@ def test_a_docker_image_names_its_variant_and_version_in_the_plan() -> None:
                          ({"ref": "vllm/vllm-openai:v0.26.0"}, "vllm/vllm-openai:v0.26.0")):
         (arm,) = plan(resolve(ExperimentSpec.model_validate(_docker_experiment(image)))).arms
         assert arm.image == shown
+
+
+def test_the_flow_resolves_its_parameter_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prefect only parses a spec from the UI (pydantic); the flow resolves it first thing
+    from flows.ab import ab
+
+    monkeypatch.setenv("SPECWATCH_HOME", str(tmp_path))
+    doc = base_doc()
+    doc["images"][0]["backend"] = "nope"
+    parsed = ExperimentSpec.model_validate(doc)
+    with pytest.raises(SpecError, match=r"images\[0\]\(cpu-0.32\).backend: backend 'nope' is not one of"):
+        ab.fn(parsed)
+    assert not any(tmp_path.iterdir())  # no run dir, nothing started

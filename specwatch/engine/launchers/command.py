@@ -44,7 +44,7 @@ class CommandLauncher:
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
         port = free_port(ctx.host)
-        assert arm.command is not None  # the spec guarantees it for launcher: command
+        assert arm.command is not None  # check_arm refused an arm without one
         values = {
             "python": str(image.python or sys.executable),
             "port": str(port),
@@ -55,7 +55,7 @@ class CommandLauncher:
             "spec_config": arm.speculative.config_json() if arm.speculative else "",
             "args": " ".join(shlex.quote(a) for a in arm.args),
         }
-        assert values.keys() == set(COMMAND_FIELDS)  # the spec checked the template against these
+        assert values.keys() == set(COMMAND_FIELDS)  # check_arm checked the template against these
         quoted = {k: v if k == "args" else shlex.quote(v) for k, v in values.items()}
         return spawn_server(["bash", "-c", templates.fill(arm.command, quoted)], arm, image, ctx, port, self.name)
 
