@@ -43,7 +43,7 @@ def resolve(spec: ExperimentSpec, *, source: str | None = None, stored: bool = F
     """`spec`, checked against the registries; SpecError (one line per problem) where it cannot run.
 
     `source` names the file in the error (default: the experiment's name). `stored`: a past run's
-    spec, whose files (the corpus) may be gone since, as in parsing.
+    spec, whose files (the corpus, a wheelhouse) may be gone since, as in parsing.
 
     Problems of single fields are all reported together, as parsing reports them; the checks of the
     experiment as a whole run once those pass, and the first problem stops them.
