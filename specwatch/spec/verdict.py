@@ -18,7 +18,7 @@ class Thresholds(Strict):
     client_cpu_share: Annotated[float, Field(gt=0, le=1)] = 0.9
     client_send_lateness_ms: PositiveFloat = 10.0
     # A cell with more than this share of failed requests is rejected; 0: any failure rejects it
-    # (DOMAIN rule 10: a cell with errors is not a measurement). Below it the failures are a flag.
+    # (measurement rule 10: a cell with errors is not a measurement). Below it the failures are a flag.
     max_failed_share: Annotated[float, Field(ge=0, lt=1)] = 0.0
     # A closed-loop cell counts as having reached concurrency c when the running-requests gauge peaked
     # at >= this share of c (rounded up). The gauge is sampled, and in a closed loop a slot is empty

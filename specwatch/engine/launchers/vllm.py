@@ -91,7 +91,7 @@ class VllmLauncher:
         return spawn_server(argv, arm, image, ctx, port, self.name)
 
     def _start_ranks(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
-        """Workers first, the head last (DOMAIN rule 11); each rank in its own process group and log."""
+        """Workers first, the head last (measurement rule 11); each rank in its own process group and log."""
         head = next(r for r in ctx.ranks if r.role == "head")
         port, master_port = free_port(), free_port()
         base = server_env(arm, image)
