@@ -30,8 +30,8 @@ def _prefill_tok_s(cell: CellResult) -> float | None:
 
 
 # derived from raw data every cell already stores: prompt tokens over TTFT
-PREFILL = Metric("prefill_tok_s", "prefill_tok_s_median", True, "tok/s", "prefill tok/s (median request)",
-                 _prefill_tok_s, judged=True, check=DeltaCheck("prefill", "prefill tok/s", ".1f"),
+PREFILL = Metric("prefill_tok_s", "prefill_tok_s_median", True, "tok/s", "prefill tok/s", ".1f",
+                 _prefill_tok_s, judged=True, check=DeltaCheck("prefill"),
                  report=ReportColumn("prefill tok/s", ".0f"))
 
 

@@ -5,8 +5,11 @@ and format, whether `verdict.metrics` may judge it, which Great Expectations del
 it and which report column shows it. Everything else reads this table: ingest writes each cell's
 values to `cell_metrics` (one row per metric), the delta SQL (sql/checks/*_deltas.sql) joins those
 rows with `parameter_rows()` bound as a parameter, the verdict and the report look metrics up here.
-A metric computable from a cell's stored data is added here alone: no migration, no SQL, no report
-edit.
+
+Adding a metric that is computable from what a cell already records (its requests, its counter
+window) is one entry here: no migration, no SQL, no report edit. Runs ingested before it have no
+rows for it (re-ingest them to compare with them). Only a metric that needs new raw data also
+touches the client (specwatch/bench) and records.py.
 
 Each metric's replicate is the cell's figure in one launch (block), compared over paired blocks
 like decode tok/s always was.
@@ -25,11 +28,9 @@ from specwatch.records import CellResult
 @dataclass(frozen=True)
 class DeltaCheck:
     """A GE delta check: candidate vs baseline arm in a run (`regression.<family>`) and, across runs, this
-    point vs its history baseline (`history.<family>`); the detail line shows `label` and `fmt`."""
+    point vs its history baseline (`history.<family>`), failing beyond the noise band."""
 
     family: str
-    label: str
-    fmt: str
     in_run: bool = True  # False: compared across runs only
 
 
@@ -44,10 +45,13 @@ class ReportColumn:
 @dataclass(frozen=True)
 class Metric:
     name: str  # what `verdict.metrics` names
-    column: str  # the stored name: cell_metrics.metric and quality_results.metric
+    # The stored name: cell_metrics.metric and quality_results.metric (the CellResult field's name
+    # where there is one, so stored check rows keep their names).
+    column: str
     higher_is_better: bool
     unit: str
-    label: str
+    label: str  # check details: "<label> <value> vs baseline <value> (...)"
+    fmt: str  # of a value in check details
     compute: Callable[[CellResult], float | None]
     judged: bool = False  # may be named in `verdict.metrics`
     check: DeltaCheck | None = None
@@ -66,45 +70,41 @@ def _field(name: str) -> Callable[[CellResult], float | None]:
     return getter
 
 
-_P99_NOTE = "null under 100 requests"
-_DECODE = DeltaCheck("decode_tok_s", "decode tok/s", ".1f")
-_GOODPUT = "goodput"
-_LATENCY_P99 = "latency_p99"
+_GOODPUT = DeltaCheck("goodput")
+_LATENCY_P99 = DeltaCheck("latency_p99")  # a p99 is null under 100 requests (records.MIN_P99_REQUESTS)
 _TTFT = ReportColumn("TTFT p50/p99 ms", ".0f")
 _TPOT = ReportColumn("TPOT p50/p99 ms", ".1f")
-_ITL = ReportColumn("ITL p50/p99 ms", ".1f")
+_ITL = ReportColumn("ITL p50/p99 ms", ".1f")  # chunk gaps
 _E2E = ReportColumn("E2E p50/p99 ms", ".0f")
 
 CATALOGUE: tuple[Metric, ...] = (
-    Metric("decode_tok_s", "decode_tok_s_median", True, "tok/s", "decode tok/s (median stream)",
-           _field("decode_tok_s_median"), judged=True, check=_DECODE),
-    Metric("aggregate_tok_s", "aggregate_tok_s", True, "tok/s", "aggregate tok/s (all streams / wall)",
-           _field("aggregate_tok_s"), judged=True),
-    Metric("ttft", "ttft_s_median", False, "s", "TTFT (median)", _field("ttft_s_median"), judged=True,
-           check=DeltaCheck("ttft_s", "TTFT s", ".3f", in_run=False)),
-    Metric("tpot", "tpot_ms_median", False, "ms", "TPOT (median)", _field("tpot_ms_median"), judged=True),
-    Metric("ttft_ms_p50", "ttft_ms_p50", False, "ms", "TTFT p50", _field("ttft_ms_p50"), report=_TTFT),
-    Metric("ttft_ms_p99", "ttft_ms_p99", False, "ms", f"TTFT p99 ({_P99_NOTE})", _field("ttft_ms_p99"),
-           judged=True, check=DeltaCheck(_LATENCY_P99, "TTFT p99 ms", ".1f"), report=_TTFT),
-    Metric("tpot_ms_p50", "tpot_ms_p50", False, "ms", "TPOT p50", _field("tpot_ms_p50"), report=_TPOT),
-    Metric("tpot_ms_p99", "tpot_ms_p99", False, "ms", f"TPOT p99 ({_P99_NOTE})", _field("tpot_ms_p99"),
-           judged=True, check=DeltaCheck(_LATENCY_P99, "TPOT p99 ms", ".2f"), report=_TPOT),
-    Metric("itl_ms_p50", "itl_ms_p50", False, "ms", "ITL p50, chunk gaps", _field("itl_ms_p50"), report=_ITL),
-    Metric("itl_ms_p99", "itl_ms_p99", False, "ms", f"ITL p99, chunk gaps ({_P99_NOTE})", _field("itl_ms_p99"),
-           judged=True, check=DeltaCheck(_LATENCY_P99, "ITL p99 ms", ".2f"), report=_ITL),
-    Metric("e2e_ms_p50", "e2e_ms_p50", False, "ms", "E2E p50", _field("e2e_ms_p50"), report=_E2E),
-    Metric("e2e_ms_p99", "e2e_ms_p99", False, "ms", f"E2E p99 ({_P99_NOTE})", _field("e2e_ms_p99"),
-           judged=True, check=DeltaCheck(_LATENCY_P99, "E2E p99 ms", ".0f"), report=_E2E),
-    Metric("goodput_share", "goodput_share", True, "ratio", "goodput share (requests within every SLO)",
-           _field("goodput_share"), judged=True, check=DeltaCheck(_GOODPUT, "goodput share", ".3f"),
-           report=ReportColumn("goodput share", ".0%")),
-    Metric("goodput_tok_s", "goodput_tok_s", True, "tok/s", "goodput tok/s (tokens of requests within the SLO)",
-           _field("goodput_tok_s"), judged=True, check=DeltaCheck(_GOODPUT, "goodput tok/s", ".1f"),
-           report=ReportColumn("goodput tok/s", ".1f")),
-    Metric("mean_acceptance_length", "mean_acceptance_length", True, "tokens",
-           "mean acceptance length (1 + accepted / drafts)", lambda c: c.window.mean_acceptance_length,
-           check=DeltaCheck("acceptance_length", "mean acceptance length", ".2f"), acceptance=True),
-    Metric("kv_cache_usage_peak", "kv_cache_usage_peak", True, "ratio", "KV-cache usage peak",
+    Metric("decode_tok_s", "decode_tok_s_median", True, "tok/s", "decode tok/s", ".1f", _field("decode_tok_s_median"),
+           judged=True, check=DeltaCheck("decode_tok_s")),
+    Metric("aggregate_tok_s", "aggregate_tok_s", True, "tok/s", "aggregate tok/s", ".1f", _field("aggregate_tok_s"),
+           judged=True),
+    Metric("ttft", "ttft_s_median", False, "s", "TTFT s", ".3f", _field("ttft_s_median"), judged=True,
+           check=DeltaCheck("ttft_s", in_run=False)),
+    Metric("tpot", "tpot_ms_median", False, "ms", "TPOT ms", ".2f", _field("tpot_ms_median"), judged=True),
+    Metric("ttft_ms_p50", "ttft_ms_p50", False, "ms", "TTFT p50 ms", ".1f", _field("ttft_ms_p50"), report=_TTFT),
+    Metric("ttft_ms_p99", "ttft_ms_p99", False, "ms", "TTFT p99 ms", ".1f", _field("ttft_ms_p99"), judged=True,
+           check=_LATENCY_P99, report=_TTFT),
+    Metric("tpot_ms_p50", "tpot_ms_p50", False, "ms", "TPOT p50 ms", ".2f", _field("tpot_ms_p50"), report=_TPOT),
+    Metric("tpot_ms_p99", "tpot_ms_p99", False, "ms", "TPOT p99 ms", ".2f", _field("tpot_ms_p99"), judged=True,
+           check=_LATENCY_P99, report=_TPOT),
+    Metric("itl_ms_p50", "itl_ms_p50", False, "ms", "ITL p50 ms", ".2f", _field("itl_ms_p50"), report=_ITL),
+    Metric("itl_ms_p99", "itl_ms_p99", False, "ms", "ITL p99 ms", ".2f", _field("itl_ms_p99"), judged=True,
+           check=_LATENCY_P99, report=_ITL),
+    Metric("e2e_ms_p50", "e2e_ms_p50", False, "ms", "E2E p50 ms", ".0f", _field("e2e_ms_p50"), report=_E2E),
+    Metric("e2e_ms_p99", "e2e_ms_p99", False, "ms", "E2E p99 ms", ".0f", _field("e2e_ms_p99"), judged=True,
+           check=_LATENCY_P99, report=_E2E),
+    # requests within every SLO, as a share of all the cell's requests and as their tokens over wall time
+    Metric("goodput_share", "goodput_share", True, "ratio", "goodput share", ".3f", _field("goodput_share"),
+           judged=True, check=_GOODPUT, report=ReportColumn("goodput share", ".0%")),
+    Metric("goodput_tok_s", "goodput_tok_s", True, "tok/s", "goodput tok/s", ".1f", _field("goodput_tok_s"),
+           judged=True, check=_GOODPUT, report=ReportColumn("goodput tok/s", ".1f")),
+    Metric("mean_acceptance_length", "mean_acceptance_length", True, "tokens", "mean acceptance length", ".2f",
+           lambda c: c.window.mean_acceptance_length, check=DeltaCheck("acceptance_length"), acceptance=True),
+    Metric("kv_cache_usage_peak", "kv_cache_usage_peak", True, "ratio", "KV-cache usage peak", ".3f",
            _field("kv_cache_usage_peak"), report=ReportColumn("KV peak", ".0%")),
 )
 
@@ -129,8 +129,7 @@ def parameter_rows() -> list[dict[str, Any]]:
 
 def check_label(column: str) -> tuple[str, str]:
     """(label, format) of a delta-checked metric's detail line; an unknown one is shown by name."""
-    return next(((m.check.label, m.check.fmt) for m in CATALOGUE if m.column == column and m.check),
-                (column, ".4g"))
+    return next(((m.label, m.fmt) for m in CATALOGUE if m.column == column), (column, ".4g"))
 
 
 def report_columns() -> list[tuple[ReportColumn, list[Metric]]]:
