@@ -5,7 +5,7 @@ both tools from core 0 with matched settings: same concurrency, number of reques
 (ignore_eos), greedy sampling, and the very same prompts. Prints each tool's output tok/s, per-stream
 decode rate, TTFT and mean acceptance length side by side. The server is always stopped.
 
-Why identical prompts: ngram acceptance is set by content (DOMAIN rule 6), and on a random-weight
+Why identical prompts: ngram acceptance is set by content (measurement rule 6), and on a random-weight
 model even the nonce changes the whole output, so two tools with merely similar prompts would differ
 by prompt-to-prompt variance, not by measurement. `specwatch bench` runs as a subprocess with
 `_capture_prompts` imported first (it records each measured request's prompt and figures); each
@@ -15,7 +15,7 @@ replay cannot hit the cache (`--prefix-caching` keeps vLLM's default). `--vllm-d
 vllm's random-token dataset instead (different content: acceptance then differs legitimately).
 
 Why identical request bodies: the peer by default sends only ignore_eos, while specwatch also sends
-min_tokens == max_tokens (DOMAIN rule 4) and return_token_ids, and both cost the server work (a
+min_tokens == max_tokens (measurement rule 4) and return_token_ids, and both cost the server work (a
 logits processor on every decode step, token ids in every chunk). `vb` in `--order` is the peer
 sending specwatch's body (`--extra-body`), so that the two tools ask the server for the same work;
 `vbo` is the peer with its own body, and `vb` against `vbo` is what those fields cost the server.

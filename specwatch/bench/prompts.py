@@ -1,6 +1,6 @@
 """Benchmark prompts: a nonce at the very front, seeded content behind it, calibrated length.
 
-The nonce defeats the prefix cache (DOMAIN rule 1); the content is seeded so a rerun
+The nonce defeats the prefix cache (measurement rule 1); the content is seeded so a rerun
 replays the same text behind fresh nonces (reproducible, never cached).
 
 A prompt is a conversation (role/content messages): `/v1/chat/completions` sends it as
@@ -104,7 +104,7 @@ async def calibrated(build: Callable[[int], Conversation], size: int, target: in
                      count: Count) -> tuple[Conversation, int]:
     """Longest `build(n)`, n in 0..size, whose token count is <= target, found by bisection on n.
 
-    Word-count heuristics under-pad by ~1.2x (DOMAIN rule 2), so the server's own
+    Word-count heuristics under-pad by ~1.2x (measurement rule 2), so the server's own
     tokenizer decides (through the chat template, for chat). Character steps move the count
     by at most one token at a time for byte-level BPE, so the result lands within one token
     of the target.

@@ -49,7 +49,7 @@ def protocol_for(name: str) -> RequestProtocol:
 
 
 def sampling_fields(max_tokens: int, sampling: SamplingSpec) -> dict[str, Any]:
-    """Pinned sampling and a fixed output length (min_tokens == max_tokens, ignore_eos: DOMAIN rule 4)."""
+    """Pinned sampling and a fixed output length (min_tokens == max_tokens, ignore_eos: measurement rule 4)."""
     body: dict[str, Any] = {
         "max_tokens": max_tokens,
         "min_tokens": max_tokens,
@@ -58,7 +58,7 @@ def sampling_fields(max_tokens: int, sampling: SamplingSpec) -> dict[str, Any]:
         "top_p": sampling.top_p,
         "top_k": sampling.top_k,
         "stream": True,
-        # Tokens are counted from usage, never from chunks (DOMAIN rule 3).
+        # Tokens are counted from usage, never from chunks (measurement rule 3).
         "stream_options": {"include_usage": True},
         # vLLM then sends each chunk's token ids: byte-fragment tokens can arrive with empty text.
         "return_token_ids": True,

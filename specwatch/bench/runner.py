@@ -89,7 +89,7 @@ def cell_keys(workload: WorkloadSpec) -> list[CellKey]:
 
 
 async def warm_up(client: Client) -> None:
-    """Discarded requests after every (re)start: the first ones hit JIT/autotune (DOMAIN rule 5)."""
+    """Discarded requests after every (re)start: the first ones hit JIT/autotune (measurement rule 5)."""
     wl = client.workload
     srcs = sources(wl)
     for i in range(wl.warmup_requests):

@@ -1,5 +1,5 @@
 """A cell's prompts as `vllm bench serve --dataset-name custom` reads them, so the peer can be run
-on the very same requests (ngram acceptance is set by content, DOMAIN rule 6: two tools with merely
+on the very same requests (ngram acceptance is set by content, measurement rule 6: two tools with merely
 similar prompts differ by prompt-to-prompt variance, not by measurement).
 
 One JSONL file per cell, `<cell id>.jsonl`, a line per request in request order:

@@ -165,23 +165,25 @@ def bind(query: NamedQuery, params: dict[str, str]) -> dict[str, str | None]:
     return values
 
 
-def _pending_migrations(con: duckdb.DuckDBPyConnection) -> list[str]:
+def _pending(con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
+    """The migrations not applied and the views not current: what a read-write open adds."""
     try:
         done = {row[0] for row in con.execute(db.load_sql("migrations_applied.sql")).fetchall()}
     except duckdb.CatalogException:
         done = set()
-    return [name for version, name, _ in db.migrations() if version not in done]
+    return [name for version, name, _ in db.migrations() if version not in done], db.stale_views(con)
 
 
 def connect(path: Path) -> duckdb.DuckDBPyConnection:
-    """A connection for named queries: read-only, unless the file still lacks the history
-    views (a database written before migration 003), which are then added once."""
+    """A connection for named queries: read-only, unless the file still lacks a migration (a
+    database written before migration 003 lacks the history) or holds views older than
+    sql/views/; it is then opened read-write once, which adds them."""
     if not path.exists():
         raise QueryError(f"no database at {path}; run an experiment first or pass --db")
     con = db.connect(path, read_only=True)
-    if _pending_migrations(con):
+    if any(_pending(con)):
         con.close()
-        con = db.connect(path)  # applies the pending migrations
+        con = db.connect(path)  # applies the pending migrations and re-creates the views
     return con
 
 
@@ -200,10 +202,12 @@ def resolve(name: str, params: dict[str, str] | None = None) -> tuple[NamedQuery
 def run_named(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, str] | None = None) -> pd.DataFrame:
     """Run the named query with `params` (strings) as DuckDB named parameters."""
     query, values = resolve(name, params)
-    pending = _pending_migrations(con)
-    if pending:
+    migrations, views = _pending(con)
+    if migrations or views:
+        lacks = [f"migration(s) {', '.join(migrations)}"] if migrations else []
+        lacks += [f"the current text of view(s) {', '.join(views)}"] if views else []
         raise QueryError(
-            f"the database lacks migration(s) {', '.join(pending)} that query {name!r} reads; "
+            f"the database lacks {' and '.join(lacks)} that query {name!r} reads; "
             "open it read-write once (specwatch.queries.connect or any ingest) to add them"
         )
     try:

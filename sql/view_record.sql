@@ -1,0 +1,1 @@
+INSERT INTO schema_views (name, sha256) VALUES ($name, $sha256);

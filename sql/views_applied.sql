@@ -1,0 +1,1 @@
+SELECT name, sha256 FROM schema_views;
