@@ -211,6 +211,7 @@ def report(
     out_dir: Annotated[Path | None, typer.Option("--out", help="where to write (default: the run dir)")] = None,
 ) -> None:
     """Regenerate a run's report and plots from DuckDB alone."""
+    from specwatch.analysis.verdict import assess
     from specwatch.report.markdown import write_report
     from specwatch.report.rows import headline, verdict_rows
     from specwatch.spec import stored_spec
@@ -225,9 +226,11 @@ def report(
         raise _fail(str(exc)) from None
     finally:
         con.close()
-    report_path, assessment = write_report(result, out_dir or paths.runs_dir() / run_id)
-    out.print(_verdict_table(f"run {run_id}: {headline(result, assessment)}",
-                             verdict_rows(result, stored_spec(result.experiment), assessment)))
+    spec = stored_spec(result.experiment)
+    assessment = assess(result, spec)
+    rows = verdict_rows(result, spec, assessment)
+    report_path = write_report(result, spec, assessment, rows, out_dir or paths.runs_dir() / run_id)
+    out.print(_verdict_table(f"run {run_id}: {headline(result, assessment)}", rows))
     out.print(f"report: {report_path}")
 
 

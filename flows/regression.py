@@ -14,6 +14,8 @@ from prefect.states import Completed, Failed, State
 from pydantic import BaseModel, Field
 
 from flows.ab import RunOutcome, ab
+from specwatch.analysis.verdict import assess
+from specwatch.report.rows import verdict_rows
 from specwatch.spec import SpecError, load_spec, stored_spec
 from specwatch.store.rundir import read_raw
 from tasks.quality import check_history
@@ -33,11 +35,13 @@ class BaselinePolicy(BaseModel):
 def _add_history_checks(outcome: RunOutcome, baseline: BaselinePolicy) -> list[str]:
     """Adds the history checks to the run (DuckDB and results.json); returns the failures."""
     result = read_raw(outcome.run_dir)
-    records = check_history(outcome.db_path, outcome.run_id, stored_spec(result.experiment).thresholds,
-                            baseline.policy, baseline.run_id)
+    spec = stored_spec(result.experiment)
+    records = check_history(outcome.db_path, outcome.run_id, spec.thresholds, baseline.policy, baseline.run_id)
     result.quality += records
     ingest_run(result, outcome.run_dir, outcome.db_path, tables=("runs", "quality_results"))
-    write_report(result, outcome.run_dir)
+    # the report again, with the history checks: read back from the run dir, the run's verdict is decided anew
+    assessment = assess(result, spec)
+    write_report(result, outcome.run_dir, spec, assessment, verdict_rows(result, spec, assessment))
     return [f"{q.arm} {q.cell}: {q.detail}" for q in records if not q.passed]
 
 

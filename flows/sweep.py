@@ -1,9 +1,9 @@
 """The context-length sweep: per arm, in restart blocks as the A/B runs them, each depth's warm-up and
 timed single-stream runs -> ingest -> sanity, sweep and history checks -> sweep report.
 
-It reuses the A/B flow's stages (images, checkpoint, launches in counterbalanced block order); only
-what a launch measures differs (specwatch/bench/sweep.py). Depth-agnostic: the depths come from the
-file, or from the server's max_model_len.
+It reuses the A/B flow's runner (specwatch/engine/experiment.py: images, checkpoint, launches in
+counterbalanced block order); only what a launch measures differs (specwatch/bench/sweep.py).
+Depth-agnostic: the depths come from the file, or from the server's max_model_len.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from flows.ab import RunOutcome, measure_guarded, new_result, stop_servers
+from flows.ab import RunOutcome, measure_guarded, stop_servers
 from specwatch import paths
 from specwatch.engine import processes
+from specwatch.engine.experiment import new_result
 from specwatch.records import RunResult
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec, SpecError, SweepSpec, load_spec

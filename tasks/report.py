@@ -7,20 +7,22 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from specwatch.analysis.verdict import Assessment
 from specwatch.records import RunResult
 from specwatch.report import markdown, sweep
-from specwatch.report.rows import verdict_rows
-from specwatch.spec import stored_spec
+from specwatch.report.rows import VerdictRow
+from specwatch.spec import ExperimentSpec
 from specwatch.store.db import connect
 
 
 @task(name="write_report")
-def write_report(result: RunResult, run_dir: Path) -> Path:
-    path, assessment = markdown.write_report(result, run_dir)
-    spec = stored_spec(result.experiment)
+def write_report(result: RunResult, run_dir: Path, spec: ExperimentSpec, assessment: Assessment,
+                 rows: list[VerdictRow]) -> Path:
+    """The report of the verdict the flow computed: `rows` are `verdict_rows(result, spec, assessment)`."""
+    path = markdown.write_report(result, spec, assessment, rows, run_dir)
     key = f"specwatch-{result.experiment_name}".lower().replace("_", "-").replace(".", "-")
     create_markdown_artifact(path.read_text(), key=key, description=f"specwatch report {result.run_id}")
-    create_table_artifact([r.table_row() for r in verdict_rows(result, spec, assessment)], key=f"{key}-table",
+    create_table_artifact([r.table_row() for r in rows], key=f"{key}-table",
                           description=f"verdict table {result.run_id}: {assessment.verdict.decision}")
     return path
 

@@ -15,6 +15,7 @@ from specwatch.analysis.metrics import DeltaCheck, Metric, ReportColumn
 from specwatch.analysis.verdict import assess
 from specwatch.records import ArmResult, CellResult, RunResult
 from specwatch.report.markdown import render_markdown
+from specwatch.report.rows import verdict_rows
 from specwatch.spec import Thresholds, stored_spec
 from specwatch.store import db
 from specwatch.store.checks import history_records, run_checks
@@ -98,7 +99,7 @@ def test_the_verdict_judges_it_and_the_report_shows_its_column() -> None:
     assessment = assess(result, spec)
     judged = [c for c in assessment.cells if c.metric == "prefill_tok_s"]
     assert len(judged) == 4 and all(c.ci is not None and c.ci.estimate == pytest.approx(-0.5) for c in judged)
-    text = render_markdown(result, spec, assessment, [])
+    text = render_markdown(result, spec, assessment, verdict_rows(result, spec, assessment), [])
     assert "| KV peak | prefill tok/s | preemptions |" in text  # after the catalogue's earlier columns
     row = next(line for line in text.splitlines() if line.startswith("| cand | closed/c4/code/p128 |"))
     assert "| 1280 |" in row

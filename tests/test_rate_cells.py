@@ -164,18 +164,24 @@ def test_the_verdict_metrics_come_from_the_spec() -> None:
     assert all(c.outcome == "regression" for c in assessment.cells if c.metric == "ttft")
 
 
-def test_the_report_shows_rate_cells_and_one_row_per_judged_metric() -> None:
+def _report(result: RunResult, s: ExperimentSpec) -> str:
     from specwatch.report.markdown import render_markdown
+    from specwatch.report.rows import verdict_rows
 
+    assessment = assess(result, s)
+    return render_markdown(result, s, assessment, verdict_rows(result, s, assessment), [])
+
+
+def test_the_report_shows_rate_cells_and_one_row_per_judged_metric() -> None:
     result = blocks(1.1)
     s = spec(metrics=["decode_tok_s", "ttft"])
-    text = render_markdown(result, s, assess(result, s), [])
+    text = _report(result, s)
     assert "| k5 | 5 | r=2.5/s | code | 3 |" in text and "| k5 | 5 | c=4 | prose | 3 |" in text
     rows = [line for line in text.splitlines() if line.startswith("| k5 | r=2.5/s | code |")]
     assert [line.split(" | ")[3:5] for line in rows] == [["decode_tok_s", "higher"], ["ttft", "lower"]]
     assert "request rates [2.5] req/s; poisson arrivals (burstiness 1)" in text
     # the default (decode tok/s alone) keeps the report as it was: no per-metric table
-    assert "Per metric" not in render_markdown(result, spec(), assess(result, spec()), [])
+    assert "Per metric" not in _report(result, spec())
 
 
 def test_quality_checks_name_rate_cells_by_their_id(tmp_path: Path) -> None:

@@ -149,6 +149,7 @@ def test_kv_poll_faster_than_one_second_is_refused() -> None:
 def test_the_report_shows_latency_goodput_and_kv_figures() -> None:
     from specwatch.analysis.verdict import assess
     from specwatch.report.markdown import render_markdown
+    from specwatch.report.rows import verdict_rows
     from specwatch.spec import stored_spec
     from specwatch_testing import records as rf
     from specwatch_testing.experiments import endpoint_ab
@@ -160,7 +161,8 @@ def test_the_report_shows_latency_goodput_and_kv_figures() -> None:
     arms = [rf.arm("base", 3, 1.0, [80.0, 60.0, 40.0]), rf.arm("cand", 5, 0.9, [80.0, 60.0, 40.0, 20.0, 10.0])]
     result = rf.run(arms=arms).model_copy(update={"experiment": exp})
     spec = stored_spec(exp)
-    text = render_markdown(result, spec, assess(result, spec), [])
+    assessment = assess(result, spec)
+    text = render_markdown(result, spec, assessment, verdict_rows(result, spec, assessment), [])
     row = next(line for line in text.splitlines() if line.startswith("| cand | closed/c4/code/p128 |"))
     # TTFT 50 ms (p99 unknown: 4 requests), TPOT 900/32 ms, goodput 100% (SLO ttft 100, tpot 40), KV peak 20%
     assert "| 50/- |" in row and "| 28.1/- |" in row and "| 100% |" in row and "| 20% |" in row

@@ -11,11 +11,11 @@ from pathlib import Path
 from statistics import median
 
 from specwatch.analysis.metrics import Metric, report_columns
-from specwatch.analysis.verdict import Assessment, assess
+from specwatch.analysis.verdict import Assessment
 from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
-from specwatch.report.rows import headline, metric_rows, verdict_rows
-from specwatch.spec import ExperimentSpec, stored_spec
+from specwatch.report.rows import VerdictRow, headline, metric_rows
+from specwatch.spec import ExperimentSpec
 
 REPORT_FILE = "report.md"
 
@@ -91,13 +91,14 @@ def _measurement(result: RunResult, spec: ExperimentSpec) -> list[str]:
     ]
 
 
-def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, figures: list[str]) -> list[str]:
+def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, rows: list[VerdictRow],
+            figures: list[str]) -> list[str]:
     lines = [
         "## Result",
         "| arm | k | load | class | blocks | decode tok/s | Δ vs baseline | CI % | TTFT s | mean acc. len | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in verdict_rows(result, spec, assessment):
+    for r in rows:
         lines.append(
             f"| {r.arm} | {r.k if r.k is not None else 'off'} | {r.key.level} | {r.prompt_class} | {r.blocks} | "
             f"{_fmt(r.decode_tok_s, '.1f')} | {_fmt(r.delta_pct, '+.1f', '%')} | {r.ci_pct} | "
@@ -205,21 +206,22 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
     return ["## Limitations", *(notes or ["- none recorded"])]
 
 
-def render_markdown(result: RunResult, spec: ExperimentSpec, assessment: Assessment, figures: list[str]) -> str:
+def render_markdown(result: RunResult, spec: ExperimentSpec, assessment: Assessment, rows: list[VerdictRow],
+                    figures: list[str]) -> str:
     lines = [f"# specwatch run {result.run_id}: {result.experiment_name}", "",
              f"**Verdict: {headline(result, assessment)}** (baseline arm `{spec.baseline}`, noise band "
              f"±{spec.thresholds.noise_band:.0%})", ""]
     for section in (_conditions(result, spec), _measurement(result, spec),
-                    _result(result, spec, assessment, figures), _conclusion(result, assessment),
+                    _result(result, spec, assessment, rows, figures), _conclusion(result, assessment),
                     _limitations(result, spec, assessment)):
         lines += [*section, ""]
     return "\n".join(lines)
 
 
-def write_report(result: RunResult, out_dir: Path) -> tuple[Path, Assessment]:
-    """Report + plots into `out_dir`; returns the markdown path and the assessment behind it."""
-    spec = stored_spec(result.experiment)
-    assessment = assess(result, spec)
+def write_report(result: RunResult, spec: ExperimentSpec, assessment: Assessment, rows: list[VerdictRow],
+                 out_dir: Path) -> Path:
+    """Report + plots into `out_dir`; returns the markdown path. The verdict (`assessment`, its `rows`) is
+    the caller's, computed once per run and shown the same here, in the CLI and in the flow's outcome."""
     out_dir.mkdir(parents=True, exist_ok=True)
     figures = []
     if assessment.curves:
@@ -228,5 +230,5 @@ def write_report(result: RunResult, out_dir: Path) -> tuple[Path, Assessment]:
         figures.append(plots.decode_plot(result, [a.name for a in spec.arms], spec.workload.classes,
                                          out_dir / plots.DECODE_PNG).name)
     path = out_dir / REPORT_FILE
-    path.write_text(render_markdown(result, spec, assessment, figures))
-    return path, assessment
+    path.write_text(render_markdown(result, spec, assessment, rows, figures))
+    return path

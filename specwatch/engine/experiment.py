@@ -1,0 +1,265 @@
+"""The experiment runner: images, checkpoint, then every launch in counterbalanced block order, with
+the looks between blocks (adaptive stopping), resume and partial runs.
+
+No Prefect here: what is Prefect-bound (the stages as tasks, the run logger, the cluster lock) comes
+in as `Hooks`, the way `run_arm` takes its cell `runner=`. The flows decide order and what a failure
+means; this module decides which launch runs next and what is on disk when the run stops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+import specwatch
+from specwatch import ranks
+from specwatch.analysis.adaptive import adaptive_decision
+from specwatch.analysis.blocks import block_order
+from specwatch.analysis.verdict import compare_cells, confidence_for
+from specwatch.bench.runner import CellCallback
+from specwatch.engine import orphans
+from specwatch.engine.checkpoint import CheckpointError, PythonRunner
+from specwatch.engine.images import ImageError, python_of
+from specwatch.engine.launchers import LaunchContext
+from specwatch.host import host_facts
+from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, ModelSpec, SweepSpec
+from specwatch.store.db import DatabaseError
+from specwatch.store.ingest import ingest
+from specwatch.store.rundir import read_raw, resume_conflicts, write_raw
+
+UNFINISHED = "unfinished: the flow stopped during this launch"
+
+
+class ResumeRefused(Exception):
+    """A resumed run's earlier launches measured other images or another checkpoint."""
+
+
+class Log(Protocol):
+    """What the runner logs through: a stdlib logger, or Prefect's run logger."""
+
+    def info(self, msg: str, *args: object) -> None: ...
+    def warning(self, msg: str, *args: object) -> None: ...
+    def error(self, msg: str, *args: object) -> None: ...
+
+
+class Launch(Protocol):
+    """One launch of one arm, measured (tasks.arms.launch_arm, over engine.arm.run_arm)."""
+
+    def __call__(self, arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext,
+                 facts: CheckpointFacts | None, namespace: str, block: int = 1, on_cell: CellCallback | None = None,
+                 sweep: SweepSpec | None = None) -> ArmResult: ...
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The stages and services the runner is handed: the flows pass Prefect tasks, the run logger and a
+    Prefect concurrency limit; tests pass plain functions."""
+
+    build_image: Callable[[ImageSpec], ImageRef]
+    prepare_checkpoint: Callable[[ModelSpec, PythonRunner | None], CheckpointFacts]
+    launch: Launch
+    log: Log
+    # One run per serving cluster at a time; entered around all of a run's launches.
+    cluster_lock: Callable[[], AbstractContextManager[object]] = nullcontext
+
+
+def new_result(spec: ExperimentSpec, run_id: str, experiment_file: str | None) -> RunResult:
+    """A run's record before anything ran: the spec as run and where it came from."""
+    source = Path(experiment_file) if experiment_file else None
+    return RunResult(
+        run_id=run_id,
+        experiment_name=spec.name,
+        experiment=spec.model_dump(mode="json"),
+        provenance=Provenance(
+            specwatch_version=specwatch.__version__,
+            host=host_facts(),
+            experiment_file=str(source) if source else None,
+            experiment_sha256=hashlib.sha256(source.read_bytes()).hexdigest() if source and source.exists() else None,
+        ),
+        started_at=datetime.now(UTC),
+    )
+
+
+def resumed(run_dir: Path, log: Log) -> RunResult:
+    """A run dir's results so far: its finished launches are kept; one the flow stopped in runs again, whole
+    (its cells came from a boot that never finished its block)."""
+    result = read_raw(run_dir)
+    for arm in [a for a in result.arms if a.in_progress]:
+        log.warning("arm %s block %d: unfinished when the run stopped; its %d cell(s) are dropped and the "
+                    "launch runs again", arm.name, arm.block, len(arm.cells))
+        result.arms.remove(arm)
+    log.info("resuming run %s: %d finished launch(es) kept", result.run_id, len(result.arms))
+    return result.model_copy(update={"interrupted": None, "ended_at": None, "quality": []})
+
+
+def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_path: Path, hooks: Hooks,
+                   sweep: SweepSpec | None = None) -> None:
+    """Every launch of the run into `result` (and results.json), under the cluster lock and the run's lock.
+
+    `sweep`: each launch measures the context-length sweep instead of the workload's cells (flows/sweep.py).
+    Raises CheckpointError (the record so far is written) and ResumeRefused (results.json stays as it was).
+    Any other exception (Ctrl-C, cancellation, SIGTERM) stops the run: what was measured is written and
+    stored as a partial run, and the exception goes on.
+    """
+    # Before this run's lock is taken: a resumed run's own orphans (its killed flow's servers) are orphans too.
+    for line in orphans.sweep():
+        hooks.log.warning("%s", line)
+    try:
+        with hooks.cluster_lock(), orphans.run_lock(result.run_id):
+            _measure(spec, result, run_dir, hooks, sweep)
+    except CheckpointError:
+        result.ended_at = datetime.now(UTC)
+        write_raw(result, run_dir)
+        raise
+    except ResumeRefused:  # nothing of this attempt ran: results.json stays as it was
+        raise
+    except BaseException as exc:
+        # The servers are stopped by now (the launch's `with` unwound); keep what was measured.
+        _keep_partial(result, run_dir, db_path, exc, hooks.log)
+        raise
+    result.ended_at = datetime.now(UTC)
+
+
+def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hooks, sweep: SweepSpec | None) -> None:
+    refs, image_errors = _images(spec, run_dir, hooks)
+    facts = _checkpoint(spec, refs, hooks)
+    if problems := resume_conflicts(result, {n: r.digest for n, r in refs.items()}, facts):
+        raise ResumeRefused(f"cannot resume run {result.run_id}: {'; '.join(problems)}; start a new run instead")
+    result.checkpoint = facts
+    model_dir = facts.path if facts else Path(spec.served_name)
+    blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts, hooks, sweep)
+    names = [a.name for a in spec.arms]
+    for arm_name, block in block_order(names, spec.design.blocks):
+        blocks.run(arm_name, block)
+    done = spec.design.blocks
+    while _another_block(spec, result, done, hooks.log):
+        done += 1
+        # the counterbalanced order for one more block per arm; the earlier blocks' launches stand
+        for arm_name, block in block_order(names, done):
+            if block == done:
+                blocks.run(arm_name, block)
+
+
+def _another_block(spec: ExperimentSpec, result: RunResult, done: int, log: Log) -> bool:
+    """The look between blocks: an adaptive design adds a block per arm while a cell's interval still
+    straddles the noise band, up to max_blocks; a fixed design never does."""
+    if not spec.design.adaptive:
+        return False
+    cis = {(c.arm, c.key, c.metric): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
+    step = adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
+                             spec.design.max_blocks or done)
+    log.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
+    return step.add_block
+
+
+def _images(spec: ExperimentSpec, run_dir: Path, hooks: Hooks) -> tuple[dict[str, ImageRef], dict[str, str]]:
+    """Build every image an arm uses; a failed build fails its arms, not the run. Build logs are
+    copied into the run dir, beside what the images produced."""
+    refs, errors = {}, {}
+    for name in dict.fromkeys(a.image for a in spec.arms):
+        try:
+            refs[name] = hooks.build_image(spec.image(name))
+        except ImageError as exc:
+            errors[name] = str(exc)
+            continue
+        log = refs[name].build_log
+        if log is not None and log.is_file():
+            (run_dir / "images").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(log, run_dir / "images" / f"{name}.build.log")
+    return refs, errors
+
+
+def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef], hooks: Hooks) -> CheckpointFacts | None:
+    """Generate (if asked) and check the checkpoint; an endpoint-only run serves its own weights."""
+    python = next((p for r in refs.values() if (p := python_of(r)) is not None), None)
+    if python is None and spec.model.generate is not None:
+        return None
+    return hooks.prepare_checkpoint(spec.model, python)
+
+
+def _failed(arm: ArmSpec, block: int, reason: str) -> ArmResult:
+    now = datetime.now(UTC)
+    return ArmResult(name=arm.name, block=block, image=arm.image, k=arm.k, status="failed", reason=reason,
+                     method=arm.speculative.method if arm.speculative else None, started_at=now, ended_at=now)
+
+
+class _Blocks:
+    """Runs one launch of one arm and records it; a k-ladder's outcome sticks for later blocks."""
+
+    def __init__(self, spec: ExperimentSpec, result: RunResult, run_dir: Path, refs: dict[str, ImageRef],
+                 image_errors: dict[str, str], model_dir: Path, facts: CheckpointFacts | None, hooks: Hooks,
+                 sweep: SweepSpec | None) -> None:
+        self.spec, self.result, self.run_dir = spec, result, run_dir
+        self.refs, self.image_errors = refs, image_errors
+        self.model_dir, self.facts = model_dir, facts
+        self.hooks, self.sweep = hooks, sweep
+        self.resolved: dict[str, ArmSpec] = {}
+        self.done = {(a.name, a.block) for a in result.arms}  # a resumed run's finished launches
+        for a in result.arms:  # a k-ladder's outcome sticks across the resume too
+            if a.status == "ok" and a.k != self.spec.arm(a.name).k:
+                self.resolved[a.name] = self.spec.arm(a.name).with_k(a.k)
+
+    def run(self, name: str, block: int) -> None:
+        log = self.hooks.log
+        if (name, block) in self.done:
+            log.info("arm %s block %d: finished before the resume; kept, not run again", name, block)
+            return
+        arm = self.resolved.get(name) or self.spec.arm(name)
+        if arm.image in self.image_errors:
+            self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
+            return
+        for line in orphans.sweep():  # servers a killed run left behind hold the machine: stop them first
+            log.warning("%s", line)
+        host = {h.name: h for h in self.spec.hosts}.get(arm.host)  # None: this machine
+        ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
+                            arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
+                            max_model_len=self.spec.model.max_model_len, run_id=self.result.run_id,
+                            launch_name=f"{self.result.run_id}-{name}-b{block}",
+                            ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})),
+                            host=host.address if host else "127.0.0.1", ssh=ranks.route_to(host),
+                            netns=host.netns if host else None, max_concurrency=self.spec.workload.max_streams)
+        log.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
+        # In results.json while it runs: a flow killed mid-launch keeps the cells it finished.
+        running = _failed(arm, block, UNFINISHED).model_copy(update={"in_progress": True})
+        self.result.arms.append(running)
+
+        def on_cell(cell: CellResult) -> None:
+            running.cells.append(cell)
+            write_raw(self.result, self.run_dir)
+
+        outcome = self.hooks.launch(arm, self.spec, self.refs[arm.image], ctx, self.facts,
+                                    namespace=f"{self.result.run_id}:{name}:b{block}", block=block,
+                                    on_cell=on_cell, sweep=self.sweep)
+        self.result.arms.remove(running)
+        if outcome.status == "ok" and outcome.k != arm.k:
+            self.resolved[name] = arm.with_k(outcome.k)
+        rejected = sum(c.rejected for c in outcome.cells)
+        log.info("arm %s block %d: %s, %d cell(s), %d rejected%s", name, block, outcome.status,
+                 len(outcome.cells), rejected, f" ({outcome.reason})" if outcome.reason else "")
+        self.result.arms.append(outcome)
+        write_raw(self.result, self.run_dir)  # each finished launch is on disk before the next one starts
+
+
+def _keep_partial(result: RunResult, run_dir: Path, db_path: Path, exc: BaseException, log: Log) -> None:
+    """An interrupted run: marked so, its launch in progress says why it stopped, then written and stored."""
+    result.ended_at = datetime.now(UTC)
+    result.interrupted = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    for arm in result.arms:
+        if arm.in_progress:
+            arm.reason, arm.ended_at = f"interrupted during this launch ({result.interrupted})", result.ended_at
+    write_raw(result, run_dir)
+    try:
+        ingest(result, db_path)  # not the ingest task: a cancelled flow runs no new tasks
+    except DatabaseError as db_exc:
+        log.error("partial run %s not stored (%s); load it later with `specwatch ingest %s`", result.run_id,
+                  db_exc, run_dir)
+        return
+    log.warning("run %s interrupted (%s): %d launch(es) kept, stored as a partial run", result.run_id,
+                result.interrupted, len(result.arms))
