@@ -55,10 +55,13 @@ class Metric:
     compute: Callable[[CellResult], float | None]
     judged: bool = False  # may be named in `verdict.metrics`
     check: DeltaCheck | None = None
-    # Acceptance figures are bounded by k, so they are compared only between arms of the same k, and a
-    # looping sweep point leaves their history (the drafter predicts the loop, inflating acceptance).
+    # Acceptance figures are bounded by k, so they are compared only between arms of the same k; a cell
+    # that fell into a repetition loop stores none (the drafter predicts the loop, inflating acceptance).
     acceptance: bool = False
     report: ReportColumn | None = None
+    # `specwatch history` follows the metric along each series (latest value, change points), naming
+    # it so; the first such metric is the series' headline (trend per run, plot).
+    trend: str | None = None
 
     def value(self, cell: CellResult) -> float | None:
         value = self.compute(cell)
@@ -79,7 +82,7 @@ _E2E = ReportColumn("E2E p50/p99 ms", ".0f")
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("decode_tok_s", "decode_tok_s_median", True, "tok/s", "decode tok/s", ".1f", _field("decode_tok_s_median"),
-           judged=True, check=DeltaCheck("decode_tok_s")),
+           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode"),
     Metric("aggregate_tok_s", "aggregate_tok_s", True, "tok/s", "aggregate tok/s", ".1f", _field("aggregate_tok_s"),
            judged=True),
     Metric("ttft", "ttft_s_median", False, "s", "TTFT s", ".3f", _field("ttft_s_median"), judged=True,
@@ -103,7 +106,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("goodput_tok_s", "goodput_tok_s", True, "tok/s", "goodput tok/s", ".1f", _field("goodput_tok_s"),
            judged=True, check=_GOODPUT, report=ReportColumn("goodput tok/s", ".1f")),
     Metric("mean_acceptance_length", "mean_acceptance_length", True, "tokens", "mean acceptance length", ".2f",
-           lambda c: c.window.mean_acceptance_length, check=DeltaCheck("acceptance_length"), acceptance=True),
+           lambda c: c.window.mean_acceptance_length, check=DeltaCheck("acceptance_length"), acceptance=True,
+           trend="acceptance"),
     Metric("kv_cache_usage_peak", "kv_cache_usage_peak", True, "ratio", "KV-cache usage peak", ".3f",
            _field("kv_cache_usage_peak"), report=ReportColumn("KV peak", ".0%")),
 )
@@ -116,8 +120,10 @@ METRICS: dict[str, Metric] = {m.name: m for m in CATALOGUE if m.judged}
 
 
 def cell_values(cell: CellResult) -> dict[str, float]:
-    """The cell's figure of every catalogue metric it has, by stored name (`cell_metrics` rows)."""
-    return {m.column: value for m in CATALOGUE if (value := m.value(cell)) is not None}
+    """The cell's figure of every catalogue metric it has, by stored name (`cell_metrics` rows); a looping
+    cell's acceptance figures are no measurement of the drafter, so they are left out."""
+    return {m.column: value for m in CATALOGUE
+            if not (m.acceptance and cell.loop_detected) and (value := m.value(cell)) is not None}
 
 
 def parameter_rows() -> list[dict[str, Any]]:
@@ -130,6 +136,11 @@ def parameter_rows() -> list[dict[str, Any]]:
 def check_label(column: str) -> tuple[str, str]:
     """(label, format) of a delta-checked metric's detail line; an unknown one is shown by name."""
     return next(((m.label, m.fmt) for m in CATALOGUE if m.column == column), (column, ".4g"))
+
+
+def trends() -> list[Metric]:
+    """The metrics `specwatch history` follows, the headline first."""
+    return [m for m in CATALOGUE if m.trend is not None]
 
 
 def report_columns() -> list[tuple[ReportColumn, list[Metric]]]:

@@ -75,9 +75,8 @@ metric AS (
          AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
         JOIN cell_metrics m ON m.run_id = c.run_id AND m.arm = c.arm AND m.block = c.block AND m.cell = c.cell
         JOIN catalogue k ON k.metric = m.metric
-        -- as the series views (sql/migrations/013_sweep.sql): a skipped depth is no point, and a
-        -- looping sweep point leaves the acceptance history (the drafter predicts the loop)
-        WHERE NOT c.rejected AND c.skip_reason IS NULL AND NOT (k.acceptance AND coalesce(c.loop_detected, false))
+        -- a skipped depth is no point (as in the series views); a looping cell stored no acceptance metrics
+        WHERE NOT c.rejected AND c.skip_reason IS NULL
         GROUP BY ALL
     ) l
     UNION ALL
