@@ -1,5 +1,6 @@
 """A metric added to the catalogue alone (specwatch/analysis/metrics.py) flows through ingest, the in-run
-and history delta checks, the verdict and the report's columns: no migration, no SQL, no report edit."""
+and history delta checks, the verdict, the report's columns and the history series: no migration, no SQL,
+no report edit."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from specwatch.spec import Thresholds, stored_spec
 from specwatch.store import db
 from specwatch.store.checks import history_records, run_checks
 from specwatch.store.db import connect
+from specwatch.store.history import points, summarize
 from specwatch.store.ingest import frames, ingest
 from specwatch_testing import records as rf
 from specwatch_testing.experiments import endpoint_ab
@@ -33,7 +35,7 @@ def _prefill_tok_s(cell: CellResult) -> float | None:
 # derived from raw data every cell already stores: prompt tokens over TTFT
 PREFILL = Metric("prefill_tok_s", "prefill_tok_s_median", True, "tok/s", "prefill tok/s", ".1f",
                  _prefill_tok_s, judged=True, check=DeltaCheck("prefill"),
-                 report=ReportColumn("prefill tok/s", ".0f"))
+                 report=ReportColumn("prefill tok/s", ".0f"), trend="prefill")
 
 
 @pytest.fixture
@@ -82,11 +84,14 @@ def test_the_history_check_judges_it_against_the_previous_run(tmp_path: Path) ->
     con = connect(db)
     try:
         records, notes = history_records(con, second.run_id, Thresholds(), "same-image")
+        series = summarize(points(con))
     finally:
         con.close()
     prefill = [r for r in records if r.check == "history.prefill"]
     assert not notes and len(prefill) == 4 and not any(r.passed for r in prefill)
     assert {(r.value, r.baseline_value) for r in prefill} == {(1280.0, 2560.0)}
+    # `specwatch history` follows it along each series too
+    assert len(series) == 4 and {t.latest for s in series for t in s.trends if t.metric is PREFILL} == {1280.0}
 
 
 @pytest.mark.usefixtures("registered")
