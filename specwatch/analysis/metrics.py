@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specwatch.records import CellResult
+if TYPE_CHECKING:  # at run time the catalogue imports nothing of specwatch: spec validation imports it
+    from specwatch.records import CellResult
 
 
 @dataclass(frozen=True)
