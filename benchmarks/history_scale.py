@@ -47,7 +47,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from specwatch.records import CellKey, QualityRecord  # noqa: E402
-from specwatch.spec import load_spec  # noqa: E402
+from specwatch.resolve import load_spec  # noqa: E402
 from specwatch.store import db, queries  # noqa: E402
 from specwatch.store.ingest import TABLES, frames  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specwatch.bench.gates import Gates, gate  # noqa: E402
-from specwatch.spec import stored_spec  # noqa: E402
+from specwatch.resolve import stored_spec  # noqa: E402
 from specwatch.store.rundir import read_raw, write_raw  # noqa: E402
 
 

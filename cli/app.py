@@ -18,7 +18,8 @@ from rich.table import Table
 
 from flows import prefect_env
 from specwatch import paths
-from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec, load_spec
+from specwatch.resolve import load_spec, resolve, workload_problems
+from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec
 
 if TYPE_CHECKING:
     from flows.ab import RunOutcome
@@ -183,10 +184,13 @@ def _resume_spec(run_id: str) -> tuple[ExperimentSpec, Path | None]:
     except (FileNotFoundError, RunDirError) as exc:
         raise _fail(f"cannot resume {run_id}: {exc}") from None
     try:
-        spec = ExperimentSpec.model_validate(previous.experiment)
+        spec = resolve(ExperimentSpec.model_validate(previous.experiment), source=run_id)
     except ValidationError as exc:
         raise _fail(f"cannot resume {run_id}: its stored experiment no longer validates "
                     f"({exc.errors(include_url=False)[0]['msg']})") from None
+    except SpecError as exc:
+        raise _fail(f"cannot resume {run_id}: its stored experiment no longer validates ({exc.problems[0]})") \
+            from None
     source = previous.provenance.experiment_file
     return spec, Path(source) if source else None
 
@@ -214,7 +218,7 @@ def report(
     from specwatch.analysis.verdict import assess
     from specwatch.report.markdown import write_report
     from specwatch.report.rows import headline, verdict_rows
-    from specwatch.spec import stored_spec
+    from specwatch.resolve import stored_spec
     from specwatch.store import db as database
     from specwatch.store.ingest import load
 
@@ -279,10 +283,20 @@ def _bench_inputs(**fields: object) -> tuple[WorkloadSpec, SamplingSpec]:
         sampling = SamplingSpec.model_validate({k: v for k, v in fields.items() if k in sampling_keys})
     except ValidationError as exc:
         for e in exc.errors(include_url=False):
-            option = _BENCH_OPTIONS.get(str(e["loc"][0]), str(e["loc"][0])) if e["loc"] else "options"
-            err.print(f"{option}: {e['msg'].removeprefix('Value error, ')} (got {e['input']!r})", markup=False)
+            err.print(f"{_bench_option(e['loc'])}: {e['msg'].removeprefix('Value error, ')} (got {e['input']!r})",
+                      markup=False)
         raise typer.Exit(1) from None
+    problems = list(workload_problems(workload))  # the names: each problem says the value it got
+    for loc, problem in problems:
+        err.print(f"{_bench_option(loc)}: {problem}", markup=False)
+    if problems:
+        raise typer.Exit(1)
     return workload, sampling
+
+
+def _bench_option(loc: tuple[str | int, ...]) -> str:
+    """The command-line option a workload field comes from."""
+    return _BENCH_OPTIONS.get(str(loc[0]), str(loc[0])) if loc else "options"
 
 
 @app.command()

@@ -112,7 +112,7 @@ def prefill_on_demand(stack: Stack) -> None:
 
     prefect.yaml holds parameters as literal YAML; the experiment file stays the one source.
     """
-    from specwatch.spec import load_spec
+    from specwatch.resolve import load_spec
 
     experiment = load_spec(REPO / DEMO_EXPERIMENT).model_dump(mode="json")
     with httpx.Client(base_url=stack.api_url, timeout=30) as api:

@@ -27,6 +27,7 @@ from specwatch.engine.checkpoint import CheckpointError
 from specwatch.engine.experiment import Hooks, ResumeRefused, new_result, resumed, run_experiment
 from specwatch.records import RunResult
 from specwatch.report.rows import VerdictRow, headline, verdict_rows
+from specwatch.resolve import resolve
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec, SweepSpec
 from specwatch.store.db import DatabaseError
@@ -94,6 +95,7 @@ def ab(
     `resume`: a run id; its run dir's results.json is continued (finished launches skipped), `experiment`
     must be the one stored there (`specwatch run --resume` reads it from there).
     """
+    experiment = resolve(experiment)  # Prefect only parsed it: a bad spec from the UI fails before anything runs
     processes.install_signal_handlers()
     run_id = resume or new_run_id()
     run_dir = paths.runs_dir() / run_id

@@ -16,7 +16,8 @@ from pydantic import BaseModel, Field
 from flows.ab import RunOutcome, ab
 from specwatch.analysis.verdict import assess
 from specwatch.report.rows import verdict_rows
-from specwatch.spec import SpecError, load_spec, stored_spec
+from specwatch.resolve import load_spec, stored_spec
+from specwatch.spec import SpecError
 from specwatch.store.rundir import read_raw
 from tasks.quality import check_history
 from tasks.report import write_report

@@ -18,8 +18,9 @@ from specwatch import paths
 from specwatch.engine import processes
 from specwatch.engine.experiment import new_result
 from specwatch.records import RunResult
+from specwatch.resolve import load_spec, resolve
 from specwatch.runid import new_run_id
-from specwatch.spec import ExperimentSpec, SpecError, SweepSpec, load_spec
+from specwatch.spec import ExperimentSpec, SpecError, SweepSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.rundir import write_raw
 from tasks.quality import check_history, check_quality, check_sweep
@@ -49,13 +50,11 @@ def sweep(
     run_id = new_run_id()
     run_dir = paths.runs_dir() / run_id
     db_path = Path(db).expanduser() if db else paths.default_db()
-    if experiment is None:
-        try:
-            experiment = load_spec(Path(experiment_file or ""))
-        except SpecError as exc:
-            return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="could not run",
-                              error=f"{exc.source}: {'; '.join(exc.problems)}")
-    spec = experiment
+    try:  # Prefect only parsed `experiment`: a bad spec from the UI fails here, before anything runs
+        spec = resolve(experiment) if experiment is not None else load_spec(Path(experiment_file or ""))
+    except SpecError as exc:
+        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="could not run",
+                          error=f"{exc.source}: {'; '.join(exc.problems)}")
     plan = spec.sweep or SweepSpec()
     run_dir.mkdir(parents=True, exist_ok=True)
     logger.info("sweep %s: %d arm(s), depths %s, results in %s", run_id, len(spec.arms),

@@ -1,6 +1,6 @@
 """The single-variable guard: what an arm changes relative to the baseline arm.
 
-Change one variable per experiment (DOMAIN rule 8): one public "k=7 beats k=5" report
+Change one variable per experiment (measurement rule 8): one public "k=7 beats k=5" report
 changed seven. An arm's signature lists everything that can change a measurement; two
 arms may differ only in what the experiment declares it varies.
 """

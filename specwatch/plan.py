@@ -7,9 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from specwatch import ranks as rk
 from specwatch.analysis.blocks import block_order
-from specwatch.engine.images.python import detected_package
+from specwatch.engine.images.registry import backend_for
+from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import launcher_for
 from specwatch.engine.platforms import Platform, platform_of
+from specwatch.redact import redact_argv, redact_env
 from specwatch.spec import ExperimentSpec
 
 
@@ -36,10 +40,9 @@ class Plan:
 
 
 def planned_platforms(spec: ExperimentSpec) -> dict[str, Platform]:
-    """Per image name, the platform its arms will launch on: a `python` image's is the vLLM build its
-    environment has (probed once, when the interpreter is on this host), the others' the declared package."""
-    return {image.name: platform_of(detected_package(image) if image.backend == "python" else image.package)
-            for image in spec.images}
+    """Per image name, the platform its arms will launch on: the vLLM build its backend says it has
+    (a `python` image's environment is probed once, when the interpreter is on this host)."""
+    return {image.name: platform_of(backend_for(image).package(image)) for image in spec.images}
 
 
 def _block_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
@@ -66,12 +69,12 @@ def plan(spec: ExperimentSpec) -> Plan:
     for arm in spec.arms:
         image = spec.image(arm.image)
         platform = platforms[image.name]
-        boots = 0 if image.backend == "endpoint" else blocks
+        launcher = launcher_for(arm, image)
+        boots = blocks if launcher.boots else 0
         launches += boots
         total += boots * platform.boot_estimate_s + blocks * _block_s(spec, platform.decode_estimate_tok_s)
         rows.append(ArmPlan(
-            arm=arm.name, image=image.describe(), platform=platform.name,
-            launcher="endpoint" if boots == 0 else arm.launcher,
+            arm=arm.name, image=backend_for(image).describe(image), platform=platform.name, launcher=launcher.name,
             method=arm.speculative.method if arm.speculative else "off", k=arm.k, cells=cells * blocks,
             requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(blocks * len(wl.classes) * (
                 sum(wl.cell_requests(c) for c in wl.concurrency) + rates * wl.requests_per_cell)),
@@ -91,22 +94,18 @@ class RankLaunch:
 
 def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: int = 1) -> list[RankLaunch]:
     """Per arm and rank, the exact launch (workers first, the head last; an arm without ranks is one
-    server, rank 0), for `specwatch validate --plan`. An endpoint arm launches nothing.
+    server, rank 0), for `specwatch validate --plan`, as its launcher shows it. An arm whose launcher
+    starts nothing (an endpoint) launches nothing.
 
     The run id and the head's port exist only at run time: `<run>` and `<port>` stand for them.
     """
-    from specwatch import ranks as rk
-    from specwatch.engine.launchers import LaunchContext
-    from specwatch.engine.launchers.docker import CONTAINER_CLI, docker_run_argv, rank_name
-    from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
-    from specwatch.redact import redact_argv, redact_env
-
     hosts = {h.name: h for h in spec.hosts}
     model = spec.model.path or "<generated model>"
     out = []
     for arm in spec.arms:
         image = spec.image(arm.image)
-        if image.backend == "endpoint":
+        launcher = launcher_for(arm, image)
+        if not launcher.boots:
             continue
         rendered = rk.render(arm, hosts)
         ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
@@ -115,17 +114,8 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: i
         launch = f"<run>-{arm.name}-b{block}"
         ranks: list[rk.Rank | None] = [*sorted(rendered, key=lambda r: r.role == "head")] or [None]
         for rank in ranks:
-            args = server_args(arm, platforms[image.name], ctx, "<port>", rank,
-                               (rendered[0].address, "<master port>") if rendered else ("", 0))
+            argv = launcher.plan_argv(arm, platforms[image.name], ctx, rank, launch, image)
             env = redact_env(rank.env if rank else arm.env)
-            if image.backend == "docker":
-                name = rank_name(launch, rank.index) if rank else launch
-                argv = docker_run_argv(name, {"specwatch.run": "<run>", "specwatch.launch": launch}, {},
-                                       Path(str(model)), image.describe(),
-                                       [*program(rank, "python3", CONTAINER_CLI), *args],
-                                       env_file=f"<env file of {name}>", cli="<specwatch>/engine/vllm_cli.py")
-            else:
-                argv = [*program(rank, "<image python>", VLLM_CLI), *args]
             out.append(RankLaunch(arm.name, rank.index if rank else 0, rank.role if rank else "server",
                                   rank.host if rank else rk.LOCAL, redact_argv(argv), env))
     return out

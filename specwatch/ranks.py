@@ -1,5 +1,5 @@
 """Multi-rank arms: one server spread over ranks (tensor parallel across hosts), each rank with
-its own env rendered from templates. Pure: the spec validates with it and launchers start from it.
+its own env rendered from templates. Pure: specwatch.resolve checks with it and launchers start from it.
 
 A mismatch in a rank-invariant setting (the speculative config, the model, parallel sizes, ...)
 deadlocks NCCL with no error (vLLM PR #44718 exists because of it), so ranks that differ in one
@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch import templates
+from specwatch.spec.arms import LOCAL
 
 if TYPE_CHECKING:
-    from specwatch.spec import ArmSpec, HostSpec
+    from specwatch.spec.arms import ArmSpec, HostSpec
 
 # Flags whose values every rank must share (extend here; arms add env names with rank_invariant_env).
 RANK_INVARIANT_FLAGS = (
@@ -33,7 +34,6 @@ RANK_INVARIANT_ENV = ("NUM_SPECULATIVE_TOKENS", "SPECULATIVE_CONFIG", "SPEC_CONF
                       "MAX_MODEL_LEN", "MAX_NUM_SEQS", "TP_SIZE", "TENSOR_PARALLEL_SIZE", "KV_CACHE_DTYPE")
 # Set on every rank unless the arm sets it: NVLink multicast off (the GPU hosts' notes require it).
 DEFAULT_RANK_ENV = {"NCCL_NVLS_ENABLE": "0"}
-LOCAL = "local"
 
 
 class RankError(ValueError):

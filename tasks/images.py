@@ -6,7 +6,7 @@ from typing import Any
 
 from prefect import task
 
-from specwatch.engine.images import backend_for
+from specwatch.engine.images.registry import backend_for
 from specwatch.records import ImageRef
 from specwatch.spec import ImageSpec
 

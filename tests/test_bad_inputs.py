@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from typer.testing import CliRunner
 
 from cli.app import app
-from specwatch.spec import MAX_SPEC_BYTES, SpecError, load_spec
+from specwatch.resolve import load_spec
+from specwatch.spec import MAX_SPEC_BYTES, SpecError
 from specwatch_testing import specfuzz
 from specwatch_testing.server import REPO
 
@@ -45,12 +46,12 @@ def test_fuzzed_bytes_fail_one_line_per_problem(data: bytes) -> None:
 
 def test_the_oracle_catches_a_traceback_and_a_multiline_problem(monkeypatch: pytest.MonkeyPatch) -> None:
     # the fuzz tests prove nothing if check() cannot fail
-    import specwatch.spec
+    import specwatch.resolve
 
     def crash(path: Path) -> None:
         raise KeyError("boom")
 
-    monkeypatch.setattr(specwatch.spec, "load_spec", crash)
+    monkeypatch.setattr(specwatch.resolve, "load_spec", crash)
     monkeypatch.setattr("cli.app.load_spec", crash)
     assert "KeyError" in (specfuzz.check(b"name: x", WORK).failure or "")
 

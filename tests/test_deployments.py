@@ -17,7 +17,8 @@ import pytest
 from cli.serve import Stack, apply_deployments, start_server, start_worker
 from specwatch.engine import processes
 from specwatch.engine.launchers import free_port
-from specwatch.spec import ExperimentSpec, load_spec
+from specwatch.resolve import load_spec
+from specwatch.spec import ExperimentSpec
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
 from specwatch_testing.records import query
 from specwatch_testing.server import run_fake_vllm

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from specwatch.engine import docker as engine_api
-from specwatch.engine.images import ImageError, backend_for
+from specwatch.engine.images import ImageError
+from specwatch.engine.images.registry import backend_for
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec, ImageSpec
 from tests.conftest import torch_wheelhouse

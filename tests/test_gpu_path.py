@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from specwatch.engine import gpu
-from specwatch.engine.images import backend_for
-from specwatch.engine.launchers import LaunchContext, launcher_for
+from specwatch.engine.images.registry import backend_for
+from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import launcher_for
 from specwatch.host import host_facts
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.spec import ArmSpec, ImageSpec

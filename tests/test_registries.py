@@ -1,5 +1,7 @@
-"""Each registry takes an entry a test registers itself, and the one wiring point then uses it:
-an image backend, a launcher and a request protocol, run for real against the fake vLLM server.
+"""Each registry takes an entry a test lists itself, and the one wiring point then uses it: an image
+backend, a launcher (specwatch_testing.throwaway_launcher: one file, listed with one line) and a
+request protocol, checked by resolve, shown by `specwatch validate --plan` and run for real against
+the fake vLLM server.
 """
 
 from __future__ import annotations
@@ -10,43 +12,45 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from cli.app import app
 from specwatch.bench.prompts import Prompt
 from specwatch.bench.protocols import PROTOCOLS, Completions
 from specwatch.bench.protocols import register as register_protocol
 from specwatch.bench.runner import InProcess
-from specwatch.engine import images, launchers
 from specwatch.engine.arm import run_arm
-from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import LaunchContext, free_port, spawn_server
+from specwatch.engine.images.registry import BACKENDS, backend_for
+from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import LAUNCHERS
 from specwatch.records import ImageRef
-from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, SamplingSpec
-from specwatch_testing.server import fake_vllm_argv
+from specwatch.resolve import resolve
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, SamplingSpec, SpecError
+from specwatch_testing import throwaway_launcher
 
 
 class FixtureBackend:
     """An 'image' that is this interpreter, which has the fake server installed."""
 
     name = "fixture"
+    containers = False
+    launcher = None
+
+    def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
+        return None
+
+    def check_arm(self, arm: ArmSpec, spec: ImageSpec) -> str | None:
+        return None
+
+    def describe(self, spec: ImageSpec) -> str:
+        return f"this interpreter ({sys.executable})"
+
+    def package(self, spec: ImageSpec) -> str | None:
+        return None
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         return ImageRef(name=spec.name, backend=self.name, vllm_version="fixture", python=Path(sys.executable))
-
-
-class FixtureLauncher:
-    """Starts the fake vLLM server with the arm's speculative config."""
-
-    name = "fixture"
-    boot_log_has_config = False
-    started: list[int] = []
-
-    def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
-        port = free_port(ctx.host)
-        assert arm.speculative is not None
-        argv = fake_vllm_argv(port, ["--served-model-name", ctx.served_name, "--step-ms", "5",
-                                     "--spec-config", arm.speculative.config_json()])
-        self.started.append(port)
-        return spawn_server(argv, arm, image, ctx, port, self.name)
 
 
 class TaggedCompletions(Completions):
@@ -62,49 +66,68 @@ class TaggedCompletions(Completions):
 
 
 @pytest.fixture
-def registered() -> Iterator[None]:
-    images.register(FixtureBackend())
-    launchers.register(FixtureLauncher())
+def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setitem(BACKENDS, "fixture", FixtureBackend())
+    # the one line a new launcher needs: its entry in specwatch/engine/launchers/registry.py
+    monkeypatch.setitem(LAUNCHERS, throwaway_launcher.PLUGIN.name, throwaway_launcher.PLUGIN)
     register_protocol(TaggedCompletions())
     try:
         yield
     finally:
-        images.BACKENDS.pop("fixture")
-        launchers.LAUNCHERS.pop("fixture")
         PROTOCOLS.pop("tagged-completions")
 
 
-def spec() -> ExperimentSpec:
-    return ExperimentSpec.model_validate({
+def document() -> dict[str, Any]:
+    return {
         "name": "registry-test",
         "model": {"generate": {}, "served_name": "demo"},
         "images": [{"name": "fx", "backend": "fixture"}],
-        "arms": [{"name": "a", "image": "fx", "launcher": "fixture",
+        "arms": [{"name": "a", "image": "fx", "launcher": "throwaway",
                   "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 30}],
         "baseline": "a",
         "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
         "workload": {"protocol": "tagged-completions", "prompt_classes": ["code"], "prompt_tokens": 32,
                      "max_tokens": 16, "concurrency": [1], "requests_per_cell": 2, "warmup_requests": 1},
-    })
+    }
+
+
+def spec() -> ExperimentSpec:
+    return ExperimentSpec.model_validate(document())
 
 
 def test_names_outside_the_registries_are_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="backend 'fixture' is not one of docker, endpoint, python, venv"):
-        spec()
+    with pytest.raises(SpecError, match="backend 'fixture' is not one of docker, endpoint, python, venv"):
+        resolve(spec())
 
 
 def test_a_registered_backend_launcher_and_protocol_run_an_arm(registered: None, tmp_path: Path) -> None:
     s = spec()
-    image = images.backend_for(s.images[0]).ensure(s.images[0])
+    image = backend_for(s.images[0]).ensure(s.images[0])
     assert image.backend == "fixture"
     ctx = LaunchContext(model_dir=tmp_path, served_name="demo", arm_dir=tmp_path / "arm")
-    started_before = len(FixtureLauncher.started)
+    started_before = len(throwaway_launcher.PLUGIN.started)
     # in this process: a spawned measuring process would not have the test's registrations
     result = run_arm(s.arms[0], s, image, ctx, None, namespace="reg", runner=InProcess())
     assert result.status == "ok", result.reason
-    assert len(FixtureLauncher.started) == started_before + 1 and result.launch is not None
-    assert result.launch.launcher == "fixture" and result.launch.k_confirmed == 3
+    assert len(throwaway_launcher.PLUGIN.started) == started_before + 1 and result.launch is not None
+    assert result.launch.launcher == "throwaway" and result.launch.k_confirmed == 3
     (cell,) = result.cells
     assert cell.requests_ok == 2 and not cell.rejected
     # warm-up, probe and cell requests all went through the registered protocol
     assert len(TaggedCompletions.bodies) >= 4
+
+
+def test_a_registered_launcher_is_checked_and_planned(registered: None, tmp_path: Path) -> None:
+    # its own check, at the arm's place in the file
+    unchecked = document()
+    del unchecked["arms"][0]["speculative"]
+    with pytest.raises(SpecError) as err:
+        resolve(ExperimentSpec.model_validate(unchecked))
+    assert err.value.problems == ["arms[0](a): arm 'a': launcher throwaway needs speculative"]
+    # `specwatch validate --plan`: the plan's table and the exact launch are the launcher's
+    path = tmp_path / "exp.yaml"
+    path.write_text(yaml.safe_dump(document()))
+    res = CliRunner().invoke(app, ["validate", "--plan", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "throwaway" in res.output and "this interpreter" in res.output
+    assert "-m specwatch_testing.fake_vllm --port '<port>' --served-model-name demo" in res.output

@@ -93,6 +93,7 @@ def test_an_unreachable_host_is_one_line(server: Sshd, tmp_path: Path) -> None:
 def test_a_remote_orphan_is_found_and_stopped_over_ssh(server: Sshd, tmp_path: Path) -> None:
     from specwatch.engine import orphans
     from specwatch.engine.launchers import free_port, start_process
+    from specwatch.engine.launchers.registry import stoppers
 
     python, script = fake_vllm_on(server)
     route = route_to(experiment(server).hosts[0])
@@ -104,6 +105,6 @@ def test_a_remote_orphan_is_found_and_stopped_over_ssh(server: Sshd, tmp_path: P
     assert route is not None
     remote = Remote(route)
     assert remote.alive(member.pid)  # type: ignore[attr-defined]
-    lines = [x for x in orphans.sweep() if "dead-remote" in x]
+    lines = [x for x in orphans.sweep(stoppers()) if "dead-remote" in x]
     assert lines == [f"stopped orphan process group {member.pid} on box of run dead-remote"]  # type: ignore[attr-defined]
     assert not remote.alive(member.pid)  # type: ignore[attr-defined]

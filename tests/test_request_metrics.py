@@ -13,7 +13,8 @@ from specwatch.bench.gates import Gates
 from specwatch.bench.metrics import parse_metrics
 from specwatch.bench.runner import InProcess, prepare
 from specwatch.records import MIN_P99_REQUESTS, CellResult, RequestSample, SpecWindow, itl_bucket
-from specwatch.spec import SamplingSpec, SloSpec, SpecError, WorkloadSpec, load_spec
+from specwatch.resolve import load_spec
+from specwatch.spec import SamplingSpec, SloSpec, SpecError, WorkloadSpec
 from specwatch_testing.server import run_fake_vllm
 
 MODEL = "demo"
@@ -150,7 +151,7 @@ def test_the_report_shows_latency_goodput_and_kv_figures() -> None:
     from specwatch.analysis.verdict import assess
     from specwatch.report.markdown import render_markdown
     from specwatch.report.rows import verdict_rows
-    from specwatch.spec import stored_spec
+    from specwatch.resolve import stored_spec
     from specwatch_testing import records as rf
     from specwatch_testing.experiments import endpoint_ab
 

@@ -98,7 +98,7 @@ def test_a_prior_that_agrees_is_pooled_and_decides_before_three_rounds():
     assert got.outcome == "PROMOTE"
     assert got.variance is not None and got.variance.df == 21
     assert got.variance.source.startswith("pooled: A/A 2026-12-01")
-    # without the prior, two rounds never decide (DOMAIN rule 7)
+    # without the prior, two rounds never decide (measurement rule 7)
     assert decide([CellSeries("c1", METRIC, values)], design).outcome == "CONTINUE"
 
 

@@ -3,7 +3,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec, load_spec
+from specwatch.plan import plan
+from specwatch.resolve import load_spec, resolve
+from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
 
@@ -167,12 +169,25 @@ def _docker_experiment(image: dict, launcher: str = "docker") -> dict:
     ({"ref": "r:1"}, "vllm", "launcher docker runs container images .* the arm's launcher vllm"),
 ])
 def test_docker_images_say_what_they_need(image: dict, launcher: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        ExperimentSpec.model_validate(_docker_experiment(image, launcher))
+    with pytest.raises(SpecError, match=message):
+        resolve(ExperimentSpec.model_validate(_docker_experiment(image, launcher)))
 
 
 def test_a_docker_image_names_its_variant_and_version_in_the_plan() -> None:
-    spec = ExperimentSpec.model_validate(_docker_experiment({"dockerfile": "cpu", "version": "0.32.0"}))
-    assert spec.images[0].describe() == "Dockerfile.cpu vLLM 0.32.0"
-    assert ExperimentSpec.model_validate(_docker_experiment({"ref": "vllm/vllm-openai:v0.26.0"})
-                                         ).images[0].describe() == "vllm/vllm-openai:v0.26.0"
+    for image, shown in (({"dockerfile": "cpu", "version": "0.32.0"}, "Dockerfile.cpu vLLM 0.32.0"),
+                         ({"ref": "vllm/vllm-openai:v0.26.0"}, "vllm/vllm-openai:v0.26.0")):
+        (arm,) = plan(resolve(ExperimentSpec.model_validate(_docker_experiment(image)))).arms
+        assert arm.image == shown
+
+
+def test_the_flow_resolves_its_parameter_before_anything_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prefect only parses a spec from the UI (pydantic); the flow resolves it first thing
+    from flows.ab import ab
+
+    monkeypatch.setenv("SPECWATCH_HOME", str(tmp_path))
+    doc = base_doc()
+    doc["images"][0]["backend"] = "nope"
+    parsed = ExperimentSpec.model_validate(doc)
+    with pytest.raises(SpecError, match=r"images\[0\]\(cpu-0.32\).backend: backend 'nope' is not one of"):
+        ab.fn(parsed)
+    assert not any(tmp_path.iterdir())  # no run dir, nothing started

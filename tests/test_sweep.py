@@ -15,7 +15,8 @@ import pytest
 from specwatch.analysis.loops import is_loop, repeated_phrase
 from specwatch.bench.client import BenchTarget, Client
 from specwatch.bench.prompts import SOURCES, PromptRequest, generated_text, repetition_ratio
-from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec, load_spec
+from specwatch.resolve import load_spec
+from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec
 from specwatch_testing.experiments import endpoint_ab
 from specwatch_testing.records import query as rows
 from specwatch_testing.server import run_fake_vllm

@@ -13,7 +13,8 @@ import pytest
 from specwatch.bench.client import BenchTarget, Client
 from specwatch.bench.prompts import SOURCES, PromptRequest
 from specwatch.engine.arm import wait_ready
-from specwatch.engine.launchers import LaunchContext, launcher_for
+from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import launcher_for
 from specwatch.records import ImageRef, RequestSample
 from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
 from specwatch_testing.records import query as rows

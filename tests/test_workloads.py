@@ -18,7 +18,8 @@ from specwatch.bench.prompts import SOURCES, Conversation, MultiTurn, Prompt, Pr
 from specwatch.bench.protocols import protocol_for
 from specwatch.bench.runner import InProcess, cell_keys, prepare
 from specwatch.records import CellResult, RequestSample, SpecWindow
-from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec, load_spec
+from specwatch.resolve import load_spec
+from specwatch.spec import SamplingSpec, SpecError, WorkloadSpec
 from specwatch_testing.fake_vllm import chat_template
 from specwatch_testing.fake_vllm import tokenize as fake_tokenize
 from specwatch_testing.server import run_fake_vllm

@@ -26,7 +26,7 @@ def adaptive_decision(
 ) -> StopDecision:
     """Whether to launch another block per arm.
 
-    Below min_blocks: always (>= 3 blocks per arm is the floor, DOMAIN rule 7). Then stop as soon
+    Below min_blocks: always (>= 3 blocks per arm is the floor, measurement rule 7). Then stop as soon
     as every compared cell is classified (gain, regression or flat) or max_blocks is reached.
     Stopping on a clear result is a repeated look at the data: with 95 % CIs at every look the
     wrong-call rate grows several-fold over a fixed design (benchmarks/adaptive_stopping.py

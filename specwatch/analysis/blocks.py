@@ -1,6 +1,6 @@
 """Restart-block launch order, counterbalanced against drift, and the block pairs it implies.
 
-The unit of replication is a restart block, not a request (DOMAIN rule 7: identical boots of the
+The unit of replication is a restart block, not a request (measurement rule 7: identical boots of the
 same config swing 45-65 tok/s in one cell), so comparisons pair one value per block across arms.
 """
 

@@ -118,7 +118,7 @@ def relative_diff_ci(
 
     baseline[i] and candidate[i] are the two blocks of pair i (see pair_blocks). A NaN on either
     side (a rejected or incomplete block) drops that pair: a rejected cell is missing, not zero
-    (DOMAIN rule 10). Returns None with no usable pair; with one pair the interval is (-1, inf),
+    (measurement rule 10). Returns None with no usable pair; with one pair the interval is (-1, inf),
     which classify() always calls inconclusive.
     """
     b = np.asarray(baseline, dtype=float)

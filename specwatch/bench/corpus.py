@@ -21,12 +21,11 @@ from specwatch.bench.prompts import (
     Prompt,
     PromptRequest,
     PromptSource,
-    corpus_name,
     front,
     nonce,
     user,
 )
-from specwatch.spec import WorkloadSpec
+from specwatch.spec import WorkloadSpec, corpus_name
 
 ROLES = ("system", "user", "assistant")
 LINE_FIX = ('write each line as {"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}, '

@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 from typing import Protocol
 
 Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": text}
@@ -286,8 +285,3 @@ def repetition_ratio(token_ids: list[int]) -> float | None:
     if not grams:
         return None
     return 1.0 - len(set(grams)) / len(grams)
-
-
-def corpus_name(path: Path) -> str:
-    """The prompt class a corpus's cells are keyed by."""
-    return f"corpus:{path.stem}"

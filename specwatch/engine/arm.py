@@ -21,7 +21,8 @@ from specwatch.bench.runner import CellRunner, CellsAborted, Isolated, prepare, 
 from specwatch.engine import gpu
 from specwatch.engine.checkpoint import arm_constraint_violations
 from specwatch.engine.handle import ServerHandle
-from specwatch.engine.launchers import LAUNCHERS, BootExit, LaunchContext, LaunchError, launcher_for
+from specwatch.engine.launchers import BootExit, LaunchContext, LaunchError
+from specwatch.engine.launchers.registry import LAUNCHERS, launcher_for
 from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef
 from specwatch.spec import ArmSpec, ExperimentSpec

@@ -27,6 +27,7 @@ from specwatch.engine import orphans
 from specwatch.engine.checkpoint import CheckpointError, PythonRunner
 from specwatch.engine.images import ImageError, python_of
 from specwatch.engine.launchers import LaunchContext
+from specwatch.engine.launchers.registry import stoppers
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, ModelSpec, SweepSpec
@@ -109,7 +110,7 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
     stored as a partial run, and the exception goes on.
     """
     # Before this run's lock is taken: a resumed run's own orphans (its killed flow's servers) are orphans too.
-    for line in orphans.sweep():
+    for line in orphans.sweep(stoppers()):
         hooks.log.warning("%s", line)
     try:
         with hooks.cluster_lock(), orphans.run_lock(result.run_id):
@@ -215,7 +216,7 @@ class _Blocks:
         if arm.image in self.image_errors:
             self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
             return
-        for line in orphans.sweep():  # servers a killed run left behind hold the machine: stop them first
+        for line in orphans.sweep(stoppers()):  # servers a killed run left behind hold the machine: stop them first
             log.warning("%s", line)
         host = {h.name: h for h in self.spec.hosts}.get(arm.host)  # None: this machine
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specwatch.engine.launchers import LaunchError
+from specwatch.engine import orphans, processes
+from specwatch.engine.launch_errors import LaunchError
+from specwatch.engine.orphans import LaunchTrace
 from specwatch.ranks import SshRoute
 
 if TYPE_CHECKING:
@@ -77,15 +81,30 @@ class Remote:
         self.run(f"kill -s {sig} -- -{pid} 2>/dev/null || true")  # POSIX form: dash has no `kill -SIG --`
 
 
+def _identity(remote: Remote, pid: int) -> tuple[str, str] | None:
+    """(start time, command line) of a process on a remote host, as its ps prints them."""
+    code, out, _ = remote.run(f"ps -o lstart= -p {pid} && ps -o args= -p {pid}")
+    lines = out.strip().splitlines()
+    return (lines[0].strip(), lines[1].strip()) if code == 0 and len(lines) >= 2 else None
+
+
+def _remember(run_id: str, remote: Remote, pid: int) -> LaunchTrace | None:
+    """Record a process started on a remote host, with how to reach it again (stop_remote)."""
+    identity = _identity(remote, pid)
+    if identity is None:
+        return None
+    route = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(remote.route).items()}
+    return orphans.remember(LaunchTrace(run_id, "remote-process", str(pid), identity[0], identity[1], remote.name,
+                                        route))
+
+
 class RemoteMember:
     """A server process on a remote host, in its own process group there."""
 
     def __init__(self, remote: Remote, pid: int, remote_log: str, log_path: Path, port: int | None, role: str,
                  grace_s: float = 20.0, run_id: str = "") -> None:
-        from specwatch.engine import orphans
-
         self.remote, self.pid, self.remote_log = remote, pid, remote_log
-        self.trace = orphans.remember_remote(run_id, remote, pid) if run_id else None
+        self.trace = _remember(run_id, remote, pid) if run_id else None
         self.log_path: Path | None = log_path  # a local copy, refreshed when it ends or stops
         self.host, self.port, self.role, self.grace_s = remote.address, port, role, grace_s
 
@@ -101,10 +120,6 @@ class RemoteMember:
         return -1  # gone; its exit status stayed on the host
 
     def stop(self) -> None:
-        import time
-
-        from specwatch.engine import orphans, processes
-
         try:
             self.remote.signal_group(self.pid, "TERM")
             deadline = time.monotonic() + self.grace_s
@@ -145,8 +160,6 @@ class RemoteContainer:
         return int(out.split()[1]) if code == 0 and len(out.split()) > 1 else -1
 
     def stop(self) -> None:
-        from specwatch.engine import processes
-
         try:
             self.docker(f"stop -t 3 {shlex.quote(self.name)}")
             self.sync_log()
@@ -159,8 +172,6 @@ def start_container(remote: Remote, argv: list[str], env: dict[str, str], env_fi
                     name: str, log_path: Path, port: int | None, role: str) -> RemoteContainer:
     """`docker run` on the host with the rendered env in a 0600 file outside the run dir, deleted once
     the container has started (or failed to)."""
-    from specwatch.engine import processes
-
     folder = shlex.quote(str(Path(env_file).parent))
     body = "".join(f"{k}={v}\n" for k, v in env.items())
     code, _, err = remote.run(f"umask 077 && mkdir -p {folder} && cat > {shlex.quote(env_file)}", input=body)
@@ -174,3 +185,23 @@ def start_container(remote: Remote, argv: list[str], env: dict[str, str], env_fi
     member = RemoteContainer(remote, name, log_path, port, role, docker_host)
     processes.track(("remote-container", remote.name, name), member)
     return member
+
+
+def stop_remote(trace: LaunchTrace) -> str:
+    """A leftover server process group on a host over SSH (RemoteMember), if it is still the one recorded."""
+    assert trace.route is not None
+    route: dict[str, object] = dict(trace.route)
+    for key in ("key_file", "known_hosts"):
+        route[key] = Path(str(route[key])) if route.get(key) else None
+    remote = Remote(SshRoute(**route))  # type: ignore[arg-type]  # the fields asdict wrote
+    pid = int(trace.ident)
+    if _identity(remote, pid) != (trace.started, trace.command):
+        return f"process {pid} on {trace.host} of run {trace.run_id} is gone or its pid was reused: record dropped"
+    for sig, wait_s in (("TERM", 10.0), ("KILL", 5.0)):
+        remote.signal_group(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and remote.alive(pid):
+            time.sleep(0.5)
+        if not remote.alive(pid):
+            return f"stopped orphan process group {pid} on {trace.host} of run {trace.run_id}"
+    return f"orphan process {pid} on {trace.host} of run {trace.run_id} did not stop"

@@ -11,7 +11,7 @@ from specwatch.analysis.loops import LOOP_FLAG
 from specwatch.analysis.sweep import SweepPoint, change_per_doubling, points_from
 from specwatch.records import RunResult
 from specwatch.report import plots
-from specwatch.spec import stored_spec
+from specwatch.resolve import stored_spec
 from specwatch.store.db import load_sql, query_df
 
 SWEEP_REPORT = "sweep.md"

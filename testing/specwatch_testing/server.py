@@ -18,7 +18,7 @@ from specwatch.engine.ready import NotReady, wait_healthy
 REPO = Path(__file__).resolve().parents[2]
 
 
-def fake_vllm_argv(port: int, args: list[str]) -> list[str]:
+def fake_vllm_argv(port: int | str, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "specwatch_testing.fake_vllm", "--port", str(port), *args]
 
 

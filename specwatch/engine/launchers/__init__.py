@@ -1,14 +1,20 @@
-"""Launchers, by name: `start(arm, image, ctx) -> ServerHandle`, and the one place that picks one.
+"""What a launcher is, and what launchers share: starting a server process here, in a namespace or
+over SSH, its environment and its record, and stopping a leftover one.
 
-A launcher starts a server for one launch of one arm and returns a handle that always stops
-what it started. Which launcher runs is the arm's `launcher`, except that an endpoint image
-is already running and takes the endpoint launcher.
+A launcher is one plugin in one file (vllm.py, command.py, docker.py, endpoint.py), listed in
+registry.py: it starts a server for one launch of one arm and returns a handle that always stops
+what it started; it checks the arms that name it, shows its launch in a plan, and stops what a
+killed run of it left behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -16,20 +22,15 @@ from typing import Protocol
 from specwatch.engine import orphans, processes
 from specwatch.engine.environ import clean_environ
 from specwatch.engine.handle import Member, ProcessMember, ServerHandle
+from specwatch.engine.launch_errors import BootExit as BootExit  # what launching raises, for the launchers' users
+from specwatch.engine.launch_errors import LaunchError as LaunchError
 from specwatch.engine.orphans import LaunchTrace
-from specwatch.engine.platforms import platform_of
+from specwatch.engine.platforms import Platform, platform_of
+from specwatch.engine.remote import Remote, RemoteMember, stop_remote  # asyncssh itself: only for remote hosts
 from specwatch.ranks import DEFAULT_RANK_ENV, Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord, RankRecord
 from specwatch.redact import redact_argv, redact_env, secret_values
-from specwatch.spec import ArmSpec
-
-
-class LaunchError(Exception):
-    """The server did not come up (exited, never ready) or is not the arm it should be."""
-
-
-class BootExit(LaunchError):
-    """The server process exited during boot: it refused its configuration (e.g. k)."""
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec
 
 
 @dataclass(frozen=True)
@@ -47,23 +48,28 @@ class LaunchContext:
     max_concurrency: int = 0  # the workload's most requests in flight (a GPU server's --max-num-seqs floor)
 
 
+Stopper = Callable[[LaunchTrace], str]  # stops a leftover a launch recorded; says what it did
+
+
 class Launcher(Protocol):
     name: str
     boot_log_has_config: bool  # the server logs vLLM's resolved config at boot (k is confirmed from it)
+    named_by_arms: bool  # an arm's `launcher:` may name it; else an image backend picks it (see registry)
+    boots: bool  # it starts a server (a launch to count, time and show in a plan)
+    containers: bool  # it runs container images (an image backend's that are containers), and nothing else
+    stoppers: Mapping[str, Stopper]  # per kind of LaunchTrace it records, how a leftover one is stopped
+
+    def check_arm(self, arm: ArmSpec) -> str | None:
+        """What is wrong with an arm that names this launcher, alone (resolve: at the arm's place)."""
+
+    def check_launch(self, arm: ArmSpec, image: ImageSpec, spec: ExperimentSpec) -> str | None:
+        """What is wrong with launching `arm` of `image` in `spec` (resolve: of the file as a whole)."""
+
+    def plan_argv(self, arm: ArmSpec, platform: Platform, ctx: LaunchContext, rank: Rank | None, launch: str,
+                  image: ImageSpec) -> list[str]:
+        """The launch `specwatch validate --plan` shows: `<port>`, `<run>` stand for what exists at run time."""
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle: ...
-
-
-LAUNCHERS: dict[str, Launcher] = {}
-
-
-def register(launcher: Launcher) -> Launcher:
-    LAUNCHERS[launcher.name] = launcher
-    return launcher
-
-
-def launcher_for(arm: ArmSpec, image: ImageRef) -> Launcher:
-    return LAUNCHERS["endpoint" if image.backend == "endpoint" else arm.launcher]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -95,8 +101,6 @@ def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: Lau
     """One server process in its own process group: here, in a namespace of this machine, or on a
     host over SSH (there it gets only what specwatch sets, not this machine's environment)."""
     if ssh is not None:
-        from specwatch.engine.remote import Remote, RemoteMember  # asyncssh: only for remote hosts
-
         remote = Remote(ssh)
         remote_log = f"{ssh.workdir}/{ctx.launch_name or 'launch'}/{log_path.name}"
         member = RemoteMember(remote, remote.spawn(argv, env, remote_log), remote_log, log_path, port, role, grace_s,
@@ -145,8 +149,38 @@ def rank_record(rank: Rank, argv: list[str], env: dict[str, str], log_path: Path
 
 def traced(ctx: LaunchContext, pid: int) -> LaunchTrace | None:
     """Record a launched process in the state dir while a run owns it (the orphan rule)."""
-    return orphans.remember_process(ctx.run_id, pid) if ctx.run_id else None
+    identity = orphans.process_identity(pid) if ctx.run_id else None
+    return orphans.remember(LaunchTrace(ctx.run_id, "process", str(pid), *identity)) if identity else None
 
 
-# The built-in launchers register themselves on import.
-from specwatch.engine.launchers import command, docker, endpoint, vllm  # noqa: E402, F401
+def _same_process(pid: int, trace: LaunchTrace) -> bool:
+    """The recorded process still lives. Its start time identifies it: a reused pid belongs to a later
+    process. Its command line may not: a launcher's `bash -c` execs the server, so the line recorded at
+    spawn can be the shell's."""
+    identity = orphans.process_identity(pid)
+    if identity is None or identity[0] != trace.started:
+        return False
+    try:  # a zombie has exited; only its parent's wait is missing
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_process(trace: LaunchTrace) -> str:
+    """A leftover server process group of this machine (`traced`), if it is still the one recorded."""
+    pid = int(trace.ident)
+    if not _same_process(pid, trace):
+        return f"process {pid} of run {trace.run_id} is gone or its pid was reused: record dropped, nothing killed"
+    for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)  # launched servers lead their own process group
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _same_process(pid, trace):
+            time.sleep(0.1)
+        if not _same_process(pid, trace):
+            return f"stopped orphan process group {pid} of run {trace.run_id} ({trace.command[:80]})"
+    return f"orphan process {pid} of run {trace.run_id} did not stop"
+
+
+# What `start_process` leaves behind when its run is killed: a process here, or one on a host over SSH.
+PROCESS_STOPPERS: Mapping[str, Stopper] = {"process": stop_process, "remote-process": stop_remote}

