@@ -17,7 +17,8 @@ from specwatch.analysis.verdict import assess
 from specwatch.records import ArmResult, CellResult, RunResult
 from specwatch.report.markdown import render_markdown
 from specwatch.report.rows import verdict_rows
-from specwatch.spec import Thresholds, stored_spec
+from specwatch.resolve import stored_spec
+from specwatch.spec import Thresholds
 from specwatch.store import db
 from specwatch.store.checks import history_records, run_checks
 from specwatch.store.db import connect
