@@ -528,6 +528,7 @@ def history(
     plots: Annotated[Path | None, typer.Option("--plots", help="write a PNG per series into this folder")] = None,
 ) -> None:
     """List each series: its latest value, trend and change points (ruptures + Welch t-test, p < 0.001)."""
+    from specwatch.analysis.metrics import trends
     from specwatch.store import history as hist
     from specwatch.store import queries
 
@@ -540,13 +541,12 @@ def history(
     if frame.empty:
         raise _fail(f"no series {'starting with ' + repr(series) if series else 'in the history yet'}")
     table = Table(title=f"{path}: series")
-    for col in ("series", "what", "runs", "latest", "decode tok/s", "mean acc len", "trend/run", "change points"):
+    for col in ("series", "what", "runs", "latest", *(m.label for m in trends()), "trend/run", "change points"):
         table.add_column(col, overflow="fold")
     for s in hist.summarize(frame):
-        changes = [f"{stamp} decode {cp.change:+.1%}" for stamp, cp in s.decode_changes]
-        changes += [f"{stamp} acceptance {cp.change:+.1%}" for stamp, cp in s.acceptance_changes]
-        table.add_row(s.key[:12], s.label, str(s.points), s.latest_version, f"{s.latest_decode_tok_s:.1f}",
-                      _num(s.latest_mean_acceptance_length, ".2f"), _num(s.decode_trend, "+.2%"),
+        changes = [f"{stamp} {t.metric.trend} {cp.change:+.1%}" for t in s.trends for stamp, cp in t.changes]
+        table.add_row(s.key[:12], s.label, str(s.points), s.latest_version,
+                      *(_num(t.latest, t.metric.fmt) for t in s.trends), _num(s.per_run, "+.2%"),
                       "\n".join(changes) or "-")
         if plots:
             hist.plot(frame, s, plots)

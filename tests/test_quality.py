@@ -79,6 +79,9 @@ def add_cell(
             "mal": mal, "rate": rate, "prefix": prefix, "rej": rejected, "why": "planted" if rejected else None,
         },
     )
+    for metric, value in (("decode_tok_s_median", decode), ("mean_acceptance_length", mal)):
+        if value is not None:
+            set_metric(con, metric, value, arm, cell_id(concurrency, prompt_class), block)
     for i, acc in enumerate(positions or []):
         con.execute(
             """
@@ -87,6 +90,17 @@ def add_cell(
             """,
             {"r": RUN, "a": arm, "b": block, "cell": cell_id(concurrency, prompt_class), "i": i, "acc": acc},
         )
+
+
+def set_metric(con: duckdb.DuckDBPyConnection, metric: str, value: float, arm: str | None = None,
+               cell: str | None = None, block: int | None = None) -> None:
+    """A catalogue metric's value in the planted cells (all, or those of `arm`, `cell`, `block`), where
+    ingest stores it."""
+    match = "($a IS NULL OR arm = $a) AND ($c IS NULL OR cell = $c) AND ($b IS NULL OR block = $b)"
+    where = {"m": metric, "a": arm, "c": cell, "b": block}
+    con.execute(f"DELETE FROM cell_metrics WHERE metric = $m AND {match}", where)
+    con.execute(f"INSERT INTO cell_metrics SELECT run_id, arm, block, cell, $m, $v FROM cells WHERE {match}",
+                {**where, "v": value})
 
 
 Overrides = dict[tuple[int, str], dict[str, Any]]
@@ -266,12 +280,14 @@ def test_prefect_task_opens_the_file(con: duckdb.DuckDBPyConnection, db_path: Pa
 def test_goodput_and_p99_regressions_are_flagged_with_their_direction(con: duckdb.DuckDBPyConnection) -> None:
     add_grid(con, "base", 3, K3)
     add_grid(con, "cand", 3, K3)
-    con.execute("UPDATE cells SET goodput_share = 0.9, goodput_tok_s = 40.0, ttft_ms_p99 = 200.0, tpot_ms_p99 = 25.0")
+    for metric, value in (("goodput_share", 0.9), ("goodput_tok_s", 40.0), ("ttft_ms_p99", 200.0),
+                          ("tpot_ms_p99", 25.0)):
+        set_metric(con, metric, value)
     # cand c=4 code: goodput share falls 0.9 -> 0.6, TTFT p99 rises 200 -> 300 ms (both worse by a third);
     # cand c=1 code: TPOT p99 falls 25 -> 20 ms (better: lower latency is no regression)
-    con.execute("UPDATE cells SET goodput_share = 0.6, ttft_ms_p99 = 300.0 WHERE arm = 'cand' AND cell = $c",
-                {"c": cell_id(4, "code")})
-    con.execute("UPDATE cells SET tpot_ms_p99 = 20.0 WHERE arm = 'cand' AND cell = $c", {"c": cell_id(1, "code")})
+    set_metric(con, "goodput_share", 0.6, "cand", cell_id(4, "code"))
+    set_metric(con, "ttft_ms_p99", 300.0, "cand", cell_id(4, "code"))
+    set_metric(con, "tpot_ms_p99", 20.0, "cand", cell_id(1, "code"))
 
     records = run_checks(con, RUN, "base", TH)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import median
 
+from specwatch.analysis.metrics import Metric, report_columns
 from specwatch.analysis.verdict import Assessment
 from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
@@ -134,20 +135,14 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, row
     return lines
 
 
-# (column, CellResult figure, format): the latency table, each a median over the arm's accepted blocks.
-LATENCY_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("TTFT p50/p99 ms", "ttft_ms", ".0f"), ("TPOT p50/p99 ms", "tpot_ms", ".1f"), ("ITL p50/p99 ms", "itl_ms", ".1f"),
-    ("E2E p50/p99 ms", "e2e_ms", ".0f"),
-)
-
-
-def _median_of(cells: list[CellResult], attr: str) -> float | None:
-    values = [v for c in cells if (v := getattr(c, attr)) is not None]
+def _median_of(cells: list[CellResult], metric: Metric) -> float | None:
+    values = [v for c in cells if (v := metric.value(c)) is not None]
     return median(values) if values else None
 
 
 def _latency(result: RunResult) -> list[str]:
-    """Latency percentiles, goodput and KV-cache figures per arm and cell (p99 is '-' under 100 requests)."""
+    """The catalogue's report columns (latency percentiles, goodput, KV cache) per arm and cell, each a median
+    over the arm's accepted blocks (p99 is '-' under 100 requests), then preemptions summed over blocks."""
     groups: dict[tuple[str, str], list[CellResult]] = {}
     for arm in result.arms:
         for c in arm.cells:
@@ -155,18 +150,15 @@ def _latency(result: RunResult) -> list[str]:
                 groups.setdefault((arm.name, c.cell), []).append(c)
     if not groups:
         return []
-    head = " | ".join(name for name, _, _ in LATENCY_COLUMNS)
+    columns = report_columns()
+    head = " | ".join(column.head for column, _ in columns)
     lines = ["", "Latency (medians over blocks; p99 needs >= 100 requests), goodput and KV cache:", "",
-             f"| arm | cell | {head} | goodput share | goodput tok/s | KV peak | preemptions |",
-             "|---|---|" + "---|" * (len(LATENCY_COLUMNS) + 4)]
+             f"| arm | cell | {head} | preemptions |",
+             "|---|---|" + "---|" * (len(columns) + 1)]
     for (name, cell), cells in groups.items():
-        figures = [f"{_fmt(_median_of(cells, f'{attr}_p50'), spec)}/{_fmt(_median_of(cells, f'{attr}_p99'), spec)}"
-                   for _, attr, spec in LATENCY_COLUMNS]
+        figures = ["/".join(_fmt(_median_of(cells, m), column.fmt) for m in shown) for column, shown in columns]
         preempt = [c.window.preemptions for c in cells if c.window.preemptions is not None]
-        lines.append(f"| {name} | {cell} | {' | '.join(figures)} | {_fmt(_median_of(cells, 'goodput_share'), '.0%')} | "
-                     f"{_fmt(_median_of(cells, 'goodput_tok_s'), '.1f')} | "
-                     f"{_fmt(_median_of(cells, 'kv_cache_usage_peak'), '.0%')} | "
-                     f"{_fmt(sum(preempt) if preempt else None, '.0f')} |")
+        lines.append(f"| {name} | {cell} | {' | '.join(figures)} | {_fmt(sum(preempt) if preempt else None, '.0f')} |")
     return lines
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pandas as pd
 
+from specwatch.analysis.metrics import check_label, parameter_rows
 from specwatch.analysis.sweep import points_from, steps
 from specwatch.records import CellKey, QualityRecord
 from specwatch.spec import Thresholds
@@ -73,19 +74,6 @@ SANITY_BOUNDS: tuple[Bound, ...] = (
     ),
 )
 
-_REGRESSION_LABELS: dict[str, tuple[str, str]] = {
-    "decode_tok_s_median": ("decode tok/s", ".1f"),
-    "ttft_s_median": ("TTFT s", ".3f"),
-    "mean_acceptance_length": ("mean acceptance length", ".2f"),
-    "goodput_share": ("goodput share", ".3f"),
-    "goodput_tok_s": ("goodput tok/s", ".1f"),
-    "ttft_ms_p99": ("TTFT p99 ms", ".1f"),
-    "tpot_ms_p99": ("TPOT p99 ms", ".2f"),
-    "itl_ms_p99": ("ITL p99 ms", ".2f"),
-    "e2e_ms_p99": ("E2E p99 ms", ".0f"),
-}
-
-
 # ---------------------------------------------------------------------------- public API
 
 
@@ -123,7 +111,8 @@ def sanity_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
 
 
 def regression_frame(con: duckdb.DuckDBPyConnection, run_id: str, baseline_arm: str) -> pd.DataFrame:
-    return query_df(con, load_sql("checks/regression_deltas.sql"), {"run_id": run_id, "baseline_arm": baseline_arm})
+    return query_df(con, load_sql("checks/regression_deltas.sql"),
+                    {"run_id": run_id, "baseline_arm": baseline_arm, "catalogue": parameter_rows()})
 
 
 def expectation_parameters(thresholds: Thresholds) -> dict[str, float]:
@@ -307,7 +296,7 @@ def _regression_detail(metric: str, position: float | None, value: float, baseli
     if position is not None:
         label, fmt = f"acceptance at position {int(position)}", ".3f"
     else:
-        label, fmt = _REGRESSION_LABELS.get(metric, (metric, ".4g"))
+        label, fmt = check_label(metric)
     # delta is oriented so that negative is worse (TTFT: baseline / value - 1)
     return f"{label} {value:{fmt}} vs {where} {baseline:{fmt}} ({delta * 100:+.1f}%, band {band * 100:g}%)"
 
@@ -357,7 +346,8 @@ def history_records(
     if policy not in HISTORY_POLICIES or (policy == "run") != (baseline_run is not None):
         raise ValueError(f"baseline policy {policy!r}: use one of {HISTORY_POLICIES}; 'run' needs a baseline run id")
     frame = query_df(con, load_sql("checks/history_deltas.sql"),
-                     {"run_id": run_id, "policy": policy, "baseline_run": baseline_run or ""})
+                     {"run_id": run_id, "policy": policy, "baseline_run": baseline_run or "",
+                      "catalogue": parameter_rows()})
     points = query_df(con, load_sql("checks/history_points.sql"), {"run_id": run_id})
     covered = set(zip(frame["arm"], frame["cell"], strict=True))
     notes = [f"{r.arm} {r.cell}: no baseline in history ({policy}); first run of its series?"

@@ -1,4 +1,5 @@
-"""`specwatch history`: each series' latest value, trend and change points, and a plot per series."""
+"""`specwatch history`: each series' latest values, trend and change points of the catalogue's history
+metrics (specwatch/analysis/metrics.py, `trend`), and a plot per series."""
 
 from __future__ import annotations
 
@@ -9,9 +10,19 @@ import duckdb
 import pandas as pd
 
 from specwatch.analysis.changepoints import ChangePoint, change_points, trend
+from specwatch.analysis.metrics import Metric, trends
 from specwatch.analysis.sweep import nullable
 from specwatch.records import load_level
 from specwatch.store import db
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One catalogue metric along a series."""
+
+    metric: Metric
+    latest: float | None
+    changes: list[tuple[str, ChangePoint]]  # (run started_at, change point)
 
 
 @dataclass(frozen=True)
@@ -20,15 +31,22 @@ class SeriesSummary:
     label: str
     points: int
     latest_version: str
-    latest_decode_tok_s: float
-    latest_mean_acceptance_length: float | None
-    decode_trend: float | None  # relative change per run
-    decode_changes: list[tuple[str, ChangePoint]]  # (run started_at, change point)
-    acceptance_changes: list[tuple[str, ChangePoint]]
+    per_run: float | None  # the headline metric's relative change per run
+    trends: list[Trend]  # the catalogue's history metrics, the headline first
+
+
+_POINT = ["series_key", "run_id", "arm"]
 
 
 def points(con: duckdb.DuckDBPyConnection, series: str = "") -> pd.DataFrame:
-    return db.query_df(con, db.load_sql("history/points.sql"), {"series": series})
+    """One row per point, oldest first, with a column per history metric (its stored name)."""
+    frame = db.query_df(con, db.load_sql("history/points.sql"), {"series": series})
+    values = db.query_df(con, db.load_sql("history/point_metrics.sql"),
+                         {"series": series, "metrics": [m.column for m in trends()]})
+    for m in trends():
+        column = values[values["metric"] == m.column].drop(columns="metric").rename(columns={"value": m.column})
+        frame = frame.merge(column, on=_POINT, how="left")
+    return frame
 
 
 def summarize(frame: pd.DataFrame) -> list[SeriesSummary]:
@@ -40,16 +58,16 @@ def summarize(frame: pd.DataFrame) -> list[SeriesSummary]:
                           nullable(first.ramp_from_rate))
         label = (f"{first.model} {first.method} k={first.k} {load} {first.prompt_class} "
                  f"{first.prompt_tokens}/{first.max_tokens} on {first.host_class}")
-        decode = g["decode_tok_s_median"].astype(float).tolist()
-        mal = g["mean_acceptance_length"].dropna().astype(float).tolist()
         stamps = [str(t)[:16] for t in g["started_at"]]
+        series = []
+        for m in trends():
+            values = g[m.column].dropna().astype(float).tolist()
+            # a change point indexes the series' points: only a metric present at every point has them
+            changes = [(stamps[cp.index], cp) for cp in change_points(values)] if len(values) == len(g) else []
+            series.append((Trend(m, values[-1] if values else None, changes), values))
         out.append(SeriesSummary(
             key=str(key), label=label, points=len(g), latest_version=str(g.iloc[-1].vllm_version),
-            latest_decode_tok_s=decode[-1],
-            latest_mean_acceptance_length=mal[-1] if mal else None,
-            decode_trend=trend(decode),
-            decode_changes=[(stamps[cp.index], cp) for cp in change_points(decode)],
-            acceptance_changes=[(stamps[cp.index], cp) for cp in change_points(mal)] if len(mal) == len(g) else [],
+            per_run=trend(series[0][1]), trends=[t for t, _ in series],
         ))
     return out
 
@@ -60,14 +78,15 @@ def plot(frame: pd.DataFrame, summary: SeriesSummary, out_dir: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    headline = summary.trends[0]
     g = frame[frame["series_key"] == summary.key]
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    ax.plot(g["started_at"], g["decode_tok_s_median"], marker=".", label="decode tok/s (median of blocks)")
-    for _, cp in summary.decode_changes:
+    ax.plot(g["started_at"], g[headline.metric.column], marker=".", label=f"{headline.metric.label} (median of blocks)")
+    for _, cp in headline.changes:
         ax.axvline(g["started_at"].iloc[cp.index], color="red", linestyle="--", alpha=0.7)
         ax.annotate(f"{cp.change:+.1%}", (g["started_at"].iloc[cp.index], cp.after), color="red")
     ax.set_title(summary.label, fontsize=9)
-    ax.set_ylabel("decode tok/s")
+    ax.set_ylabel(headline.metric.label)
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()
     fig.tight_layout()

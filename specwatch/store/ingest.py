@@ -13,6 +13,7 @@ import duckdb
 import pandas as pd
 from pydantic import BaseModel
 
+from specwatch.analysis.metrics import cell_values
 from specwatch.records import (
     SLO_NAMES,
     ArmResult,
@@ -31,7 +32,7 @@ from specwatch.records import (
 )
 from specwatch.store import db
 
-TABLES = ("runs", "arms", "cells", "requests", "spec_positions", "quality_results", "probes", "ranks")
+TABLES = ("runs", "arms", "cells", "cell_metrics", "requests", "spec_positions", "quality_results", "probes", "ranks")
 
 
 def frames(result: RunResult) -> dict[str, pd.DataFrame]:
@@ -65,7 +66,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         "started_at": result.started_at,
         "ended_at": result.ended_at,
     }]
-    arms, cells, requests, positions, probes, ranks = [], [], [], [], [], []
+    arms, cells, metrics, requests, positions, probes, ranks = [], [], [], [], [], [], []
     for arm in result.arms:
         key = {"run_id": result.run_id, "arm": arm.name, "block": arm.block}
         img, launch = arm.image_ref, arm.launch
@@ -105,6 +106,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             summary = cell.summary()
             del summary["acceptance_per_position"]  # stored per position in spec_positions
             cells.append({**ckey, **summary})
+            metrics += [{**ckey, "metric": name, "value": value} for name, value in cell_values(cell).items()]
             for r in cell.requests:
                 row = r.model_dump()
                 row["idx"] = row.pop("index")
@@ -119,7 +121,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
                 positions.append({**ckey, "position": pos, "accepted": acc, "acceptance": rate})
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}
                for q in result.quality]
-    data = {"runs": runs, "arms": arms, "cells": cells, "requests": requests,
+    data = {"runs": runs, "arms": arms, "cells": cells, "cell_metrics": metrics, "requests": requests,
             "spec_positions": positions, "quality_results": quality, "probes": probes, "ranks": ranks}
     return {table: pd.DataFrame(rows) for table, rows in data.items()}
 

@@ -6,9 +6,13 @@
 --   'same-image': the most recent earlier clean run on the same version;
 --   'auto': previous-image when such a run exists, else same-image;
 --   'run': the run $baseline_run (same series).
--- Clean = no regression flag and no invalid cell. delta_pct is oriented so that negative is
--- worse for every metric (TTFT: lower is better, so baseline / value - 1).
-WITH this AS (
+-- Clean = no regression flag and no invalid cell. The metrics are the catalogue's, bound as
+-- $catalogue (see regression_deltas.sql). delta_pct is oriented so that negative is worse for
+-- every metric (TTFT: lower is better, so baseline / value - 1).
+WITH catalogue AS (
+    SELECT unnest($catalogue, recursive := true)
+),
+this AS (
     SELECT * FROM series_points WHERE run_id = $run_id
 ),
 clean AS (
@@ -32,8 +36,7 @@ candidates AS (
                WHEN vc.v < vt.v THEN 'previous-image'
                WHEN c.vllm_version = t.vllm_version THEN 'same-image'
            END AS kind,
-           vc.v AS version_key,
-           c.decode_tok_s_median, c.ttft_s_median, c.mean_acceptance_length
+           vc.v AS version_key
     FROM this t
     JOIN clean c USING (series_key)
     JOIN version_order vt ON vt.vllm_version = t.vllm_version
@@ -56,22 +59,26 @@ ranked AS (
 ),
 base AS (SELECT * FROM ranked WHERE rank = 1),
 metric AS (
-    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, b.baseline_run, b.kind,
-           'history.decode_tok_s' AS check_name, 'decode_tok_s_median' AS metric, NULL::INTEGER AS position,
-           t.decode_tok_s_median AS value, b.decode_tok_s_median AS baseline_value,
-           t.decode_tok_s_median / b.decode_tok_s_median - 1 AS delta_pct
-    FROM this t JOIN base b USING (arm, series_key)
-    UNION ALL
-    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, b.baseline_run, b.kind,
-           'history.ttft_s', 'ttft_s_median', NULL,
-           t.ttft_s_median, b.ttft_s_median, b.ttft_s_median / t.ttft_s_median - 1
-    FROM this t JOIN base b USING (arm, series_key)
-    UNION ALL
-    SELECT t.arm, t.concurrency, t.prompt_class, t.prompt_tokens, t.cell, b.baseline_run, b.kind,
-           'history.acceptance_length', 'mean_acceptance_length', NULL,
-           t.mean_acceptance_length, b.mean_acceptance_length,
-           t.mean_acceptance_length / b.mean_acceptance_length - 1
-    FROM this t JOIN base b USING (arm, series_key)
+    -- the catalogue's metrics, each the median over the arm's blocks on both sides; a metric a
+    -- cell lacks (no SLO, under 100 requests) has no row, and a side without one is no comparison
+    SELECT l.arm, l.concurrency, l.prompt_class, l.prompt_tokens, l.cell, l.baseline_run, l.kind,
+           'history.' || l.family AS check_name, l.metric, NULL::INTEGER AS position, l.value, l.baseline_value,
+           CASE WHEN l.lower THEN l.baseline_value / l.value - 1 ELSE l.value / l.baseline_value - 1 END AS delta_pct
+    FROM (
+        SELECT b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind,
+               k.metric, k.family, k.lower,
+               median(m.value) FILTER (WHERE c.run_id = $run_id) AS value,
+               median(m.value) FILTER (WHERE c.run_id = b.baseline_run) AS baseline_value
+        FROM base b
+        JOIN cells c
+          ON c.cell = b.cell
+         AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
+        JOIN cell_metrics m ON m.run_id = c.run_id AND m.arm = c.arm AND m.block = c.block AND m.cell = c.cell
+        JOIN catalogue k ON k.metric = m.metric
+        -- a skipped depth is no point (as in the series views); a looping cell stored no acceptance metrics
+        WHERE NOT c.rejected AND c.skip_reason IS NULL
+        GROUP BY ALL
+    ) l
     UNION ALL
     SELECT pos.arm, pos.concurrency, pos.prompt_class, pos.prompt_tokens, pos.cell, pos.baseline_run, pos.kind,
            'history.acceptance_position', 'acceptance_pos_' || pos.position, pos.position,
@@ -89,38 +96,10 @@ metric AS (
         WHERE NOT c.rejected
         GROUP BY b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind, sc.position
     ) pos
-    UNION ALL
-    -- goodput (higher is better) and p99 latencies (lower is better), each the median over the
-    -- arm's blocks on both sides; a NULL (no SLO, or under 100 requests) is no comparison
-    SELECT l.arm, l.concurrency, l.prompt_class, l.prompt_tokens, l.cell, l.baseline_run, l.kind,
-           CASE WHEN l.metric LIKE 'goodput%' THEN 'history.goodput' ELSE 'history.latency_p99' END,
-           l.metric, NULL, l.value, l.baseline_value,
-           CASE WHEN l.lower THEN l.baseline_value / l.value - 1 ELSE l.value / l.baseline_value - 1 END
-    FROM (
-        SELECT b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind,
-               c.m.metric AS metric, c.m.lower AS lower,
-               median(c.m.value) FILTER (WHERE c.run_id = $run_id) AS value,
-               median(c.m.value) FILTER (WHERE c.run_id = b.baseline_run) AS baseline_value
-        FROM base b
-        JOIN (
-            SELECT run_id, arm, cell, rejected, unnest([
-                {'metric': 'goodput_share', 'lower': false, 'value': goodput_share},
-                {'metric': 'goodput_tok_s', 'lower': false, 'value': goodput_tok_s},
-                {'metric': 'ttft_ms_p99', 'lower': true, 'value': ttft_ms_p99},
-                {'metric': 'tpot_ms_p99', 'lower': true, 'value': tpot_ms_p99},
-                {'metric': 'itl_ms_p99', 'lower': true, 'value': itl_ms_p99},
-                {'metric': 'e2e_ms_p99', 'lower': true, 'value': e2e_ms_p99}]) AS m
-            FROM cells
-        ) c
-          ON c.cell = b.cell
-         AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
-        WHERE NOT c.rejected
-        GROUP BY ALL
-    ) l
 )
 SELECT
-    (row_number() OVER (ORDER BY arm, concurrency, prompt_class, check_name, position NULLS FIRST) - 1)::BIGINT
-        AS row_id,
+    (row_number() OVER (ORDER BY arm, concurrency, prompt_class, cell, check_name, position NULLS FIRST, metric)
+        - 1)::BIGINT AS row_id,
     arm, NULL::INTEGER AS block, concurrency, prompt_class, prompt_tokens, cell, check_name, metric, position,
     value, baseline_value, delta_pct, baseline_run, kind
 FROM metric

@@ -1,0 +1,1 @@
+DELETE FROM cell_metrics WHERE run_id = $run_id;
