@@ -77,11 +77,13 @@ def _images(spec: ExperimentSpec, run_dir: Path) -> tuple[dict[str, ImageRef], d
 
 
 def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef]) -> CheckpointFacts | None:
-    """Generate (if asked) and check the checkpoint; an endpoint-only run serves its own weights."""
+    """Generate or convert (if asked) and check the checkpoint; an endpoint-only run serves its own weights.
+    A packaged model comes from the images' wheelhouses when they have one (an offline host)."""
     python = next((p for r in refs.values() if (p := python_of(r)) is not None), None)
-    if python is None and spec.model.generate is not None:
+    if python is None and spec.model.path is None:
         return None
-    return prepare_checkpoint(spec.model, python)
+    wheelhouses = [i.wheelhouse.expanduser() for i in spec.images if i.wheelhouse is not None]
+    return prepare_checkpoint(spec.model, python, wheelhouses or None)
 
 
 class ResumeRefused(Exception):
