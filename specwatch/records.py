@@ -192,6 +192,7 @@ class CheckpointFacts(_Record):
     num_nextn_predict_layers: int | None = None
     shards: int = 0
     source: ModelSource | None = None
+    draft: CheckpointFacts | None = None  # model.draft_layers: the early-exit draft written beside it
 
 
 class SpecWindow(_Record):

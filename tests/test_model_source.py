@@ -60,6 +60,12 @@ def test_an_unpinned_package_is_refused_in_one_line(value: str) -> None:
     assert "\n" not in message
 
 
+def test_draft_layers_need_a_package() -> None:
+    assert ModelSpec(package="smollm2-135m", draft_layers=27).draft_layers == 27
+    with pytest.raises(ValidationError, match="model.draft_layers 4 needs model.package .*; fix: remove draft_layers"):
+        ModelSpec(generate={}, draft_layers=4)
+
+
 def test_a_package_and_another_source_are_refused() -> None:
     with pytest.raises(ValidationError, match="exactly one of model.path"):
         ModelSpec(package="smollm2-135m", generate={})
@@ -241,6 +247,15 @@ def _converted(tmp_path: Path, layers: int = 4) -> tuple[Path, dict[str, bytes]]
                                  transformers="5.19.0", gguf="0.19.0", accelerate="1.16.0", key="0123456789abcdef")
     convert.write_marker(parent, source, {})
     return parent, tensors
+
+
+def test_the_model_step_records_the_draft_beside_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parent, _ = _converted(tmp_path)
+    monkeypatch.setattr(checkpoint, "resolve_model_path", lambda model, python, find_links: parent)
+    facts = checkpoint.prepare_checkpoint(ModelSpec(package="tiny-model==1.0", draft_layers=3))
+    assert facts.path == parent and facts.draft is not None and facts.draft.source is not None
+    assert facts.draft.source.draft_layers == 3 and facts.draft.path.name.startswith(f"{parent.name}-draft-l3-")
+    assert type(facts).model_validate_json(facts.model_dump_json()) == facts  # results.json round trip
 
 
 def test_the_draft_keeps_the_first_layers_the_norm_and_the_tied_embeddings(tmp_path: Path) -> None:

@@ -295,5 +295,11 @@ def arm_constraint_violations(facts: CheckpointFacts, method: str | None, k: int
 
 def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None,
                        find_links: list[Path] | None = None) -> CheckpointFacts:
-    """Generate or convert the model when the spec asks for one, then read its facts."""
-    return check_checkpoint(resolve_model_path(model, python, find_links))
+    """Generate or convert the model when the spec asks for one (and its draft), then read their facts."""
+    path = resolve_model_path(model, python, find_links)
+    facts = check_checkpoint(path)
+    if model.draft_layers is None:
+        return facts
+    from specwatch.engine.models.earlyexit import ensure_early_exit_draft  # imports this module
+
+    return facts.model_copy(update={"draft": check_checkpoint(ensure_early_exit_draft(path, model.draft_layers))})
