@@ -102,7 +102,7 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: i
     from specwatch.redact import redact_argv, redact_env
 
     hosts = {h.name: h for h in spec.hosts}
-    model = spec.model.path or "<generated model>"
+    model = spec.model.path or (f"<{spec.model.requirement}>" if spec.model.requirement else "<generated model>")
     out = []
     for arm in spec.arms:
         image = spec.image(arm.image)
