@@ -271,6 +271,21 @@ def test_the_draft_keeps_the_first_layers_the_norm_and_the_tied_embeddings(tmp_p
     assert earlyexit.ensure_early_exit_draft(parent, 2) == draft
 
 
+def test_a_resumed_run_refuses_another_gguf_behind_the_same_config(tmp_path: Path) -> None:
+    from specwatch.store.rundir import resume_conflicts
+    from specwatch_testing.records import run
+
+    parent, _ = _converted(tmp_path)
+    facts = checkpoint.check_checkpoint(parent)
+    assert facts.source is not None
+    previous = run()
+    previous.checkpoint = facts
+    assert resume_conflicts(previous, {}, facts) == []
+    other = facts.model_copy(update={"source": facts.source.model_copy(update={"gguf_sha256": "b" * 64})})
+    assert resume_conflicts(previous, {}, other) == ["the checkpoint changed: gguf_sha256 aaaaaaaaaaaa then, "
+                                                     "bbbbbbbbbbbb now"]
+
+
 @pytest.mark.parametrize("layers", [0, 4, 9])
 def test_a_draft_as_deep_as_its_model_is_one_line(tmp_path: Path, layers: int) -> None:
     parent, _ = _converted(tmp_path)
