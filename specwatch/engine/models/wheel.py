@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -79,8 +80,8 @@ def fetch_wheel(requirement: str, dest: Path, find_links: list[Path] | None = No
 
 
 def _wheel_in(dest: Path, name: str, version: str) -> Path | None:
-    # Wheel file names normalise the project name to underscores (PEP 427).
-    stem = f"{name.replace('-', '_').replace('.', '_').lower()}-{version}-"
+    # Wheel file names normalise the project name: runs of -_. become one underscore (PEP 427, PEP 503).
+    stem = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
     found = sorted(p for p in dest.glob("*.whl") if p.name.lower().startswith(stem))
     return found[0] if found else None
 
