@@ -100,7 +100,7 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: i
     The run id and the head's port exist only at run time: `<run>` and `<port>` stand for them.
     """
     hosts = {h.name: h for h in spec.hosts}
-    model = spec.model.path or "<generated model>"
+    model = spec.model.path or (f"<{spec.model.requirement}>" if spec.model.requirement else "<generated model>")
     out = []
     for arm in spec.arms:
         image = spec.image(arm.image)

@@ -166,6 +166,21 @@ class ImageRef(_Record):
     reused: bool = False
 
 
+class ModelSource(_Record):
+    """Where a packaged model's checkpoint came from (model.package): the GGUF file, its license
+    and the conversion; for an early-exit draft also how many of the model's layers it keeps."""
+
+    package: str
+    gguf_file: str
+    gguf_sha256: str
+    license: str | None = None
+    transformers: str
+    gguf: str
+    accelerate: str
+    key: str
+    draft_layers: int | None = None
+
+
 class CheckpointFacts(_Record):
     path: Path
     config_sha256: str
@@ -176,6 +191,8 @@ class CheckpointFacts(_Record):
     dspark_block_size: int | None = None
     num_nextn_predict_layers: int | None = None
     shards: int = 0
+    source: ModelSource | None = None
+    draft: CheckpointFacts | None = None  # model.draft_layers: the early-exit draft written beside it
 
 
 class SpecWindow(_Record):

@@ -13,5 +13,6 @@ from specwatch.spec import ModelSpec
 
 
 @task(name="prepare_checkpoint")
-def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None) -> CheckpointFacts:
-    return checkpoint.prepare_checkpoint(model, python)
+def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None,
+                       find_links: list[Path] | None = None) -> CheckpointFacts:
+    return checkpoint.prepare_checkpoint(model, python, find_links)

@@ -79,7 +79,7 @@ def build(spec: ImageSpec) -> ImageRef:
 
 
 def hooks(launch: FakeLaunch, tmp: Path) -> Hooks:
-    def checkpoint(model: ModelSpec, python: PythonRunner | None) -> CheckpointFacts:
+    def checkpoint(model: ModelSpec, python: PythonRunner | None, find_links: list[Path] | None) -> CheckpointFacts:
         return CheckpointFacts(path=tmp / "ckpt", config_sha256="c" * 64)
 
     return Hooks(build_image=build, prepare_checkpoint=checkpoint, launch=launch, log=LOG, cluster_lock=launch.lock)
@@ -165,7 +165,7 @@ def test_a_failed_image_build_fails_its_arms_not_the_run(tmp_path: Path) -> None
 
 
 def test_a_checkpoint_error_is_raised_with_the_record_written(tmp_path: Path) -> None:
-    def bad(model: ModelSpec, python: PythonRunner | None) -> CheckpointFacts:
+    def bad(model: ModelSpec, python: PythonRunner | None, find_links: list[Path] | None) -> CheckpointFacts:
         raise CheckpointError("no config.json")
 
     spec = make_spec(tmp_path, {"blocks": 1})

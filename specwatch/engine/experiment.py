@@ -64,7 +64,7 @@ class Hooks:
     Prefect concurrency limit; tests pass plain functions."""
 
     build_image: Callable[[ImageSpec], ImageRef]
-    prepare_checkpoint: Callable[[ModelSpec, PythonRunner | None], CheckpointFacts]
+    prepare_checkpoint: Callable[[ModelSpec, PythonRunner | None, list[Path] | None], CheckpointFacts]
     launch: Launch
     log: Log
     # One run per serving cluster at a time; entered around all of a run's launches.
@@ -178,11 +178,13 @@ def _images(spec: ExperimentSpec, run_dir: Path, hooks: Hooks) -> tuple[dict[str
 
 
 def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef], hooks: Hooks) -> CheckpointFacts | None:
-    """Generate (if asked) and check the checkpoint; an endpoint-only run serves its own weights."""
+    """Generate or convert (if asked) and check the checkpoint; an endpoint-only run serves its own weights.
+    A packaged model comes from the images' wheelhouses when they have one (an offline host)."""
     python = next((p for r in refs.values() if (p := python_of(r)) is not None), None)
-    if python is None and spec.model.generate is not None:
+    if python is None and spec.model.path is None:
         return None
-    return hooks.prepare_checkpoint(spec.model, python)
+    wheelhouses = [i.wheelhouse.expanduser() for i in spec.images if i.wheelhouse is not None]
+    return hooks.prepare_checkpoint(spec.model, python, wheelhouses or None)
 
 
 def _failed(arm: ArmSpec, block: int, reason: str) -> ArmResult:

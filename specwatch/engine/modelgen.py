@@ -110,23 +110,25 @@ def build(out: Path, spec: dict[str, Any], corpus: list[Path]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    _portable(out)
-    _canonicalise_json(out)
+    portable(out, CHAT_TEMPLATE)
+    canonicalise_json(out)
 
 
-def _portable(out: Path) -> None:
+def portable(out: Path, chat_template: str) -> None:
     """One checkpoint serves every image of an A/B, and older images ship transformers 4.x.
 
     transformers 5 writes `tokenizer_class: TokenizersBackend` and `rope_parameters`, which 4.x
     does not know; `PreTrainedTokenizerFast` and a top-level `rope_theta` load in both. The chat
-    template goes into tokenizer_config.json, which every version reads (newer ones would
-    otherwise write a separate chat_template.jinja that older ones ignore).
+    template goes into tokenizer_config.json, which every version reads; a chat_template.jinja
+    (which only newer ones read) is removed, so the checkpoint has one template.
+    Also used by the packaged-model converter (specwatch.engine.models), on its saved checkpoint.
     """
     tok_cfg = out / "tokenizer_config.json"
     data = json.loads(tok_cfg.read_text(encoding="utf-8"))
     data["tokenizer_class"] = "PreTrainedTokenizerFast"
-    data["chat_template"] = CHAT_TEMPLATE
+    data["chat_template"] = chat_template
     tok_cfg.write_text(json.dumps(data), encoding="utf-8")
+    (out / "chat_template.jinja").unlink(missing_ok=True)
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     rope = cfg.get("rope_parameters") or {}
@@ -134,7 +136,7 @@ def _portable(out: Path) -> None:
     cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
 
 
-def _canonicalise_json(out: Path) -> None:
+def canonicalise_json(out: Path) -> None:
     """Rewrite every JSON file with sorted keys: byte-stable regardless of dict insertion order."""
     for path in sorted(out.glob("*.json")):
         data = json.loads(path.read_text(encoding="utf-8"))

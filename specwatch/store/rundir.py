@@ -117,4 +117,8 @@ def resume_conflicts(previous: RunResult, digests: dict[str, str | None], facts:
             was, now = getattr(before, field), getattr(facts, field)
             if was != now:
                 problems.append(f"the checkpoint changed: {field} {str(was)[:12]} then, {str(now)[:12]} now")
+        # A packaged model's config is the same for every quantization of it: its GGUF names the weights.
+        if before.source and facts.source and before.source.gguf_sha256 != facts.source.gguf_sha256:
+            problems.append(f"the checkpoint changed: gguf_sha256 {before.source.gguf_sha256[:12]} then, "
+                            f"{facts.source.gguf_sha256[:12]} now")
     return problems
