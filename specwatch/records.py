@@ -253,7 +253,7 @@ class RequestSample(_Record):
     arrival_groups: int | None = None
     repetition_ratio: float | None = None
     max_tokens: int | None = None  # the request's own output length (a corpus line's); None: the cell's
-    # Gaps between successive content chunks (ITL, README "Latency metrics"), as
+    # Gaps between successive content chunks (ITL, docs/measurement.md "Latency percentiles"), as
     # {itl_bucket(gap_ms): count}; None before the second chunk.
     itl_hist: dict[int, int] | None = None
     # The server's own per-request speculative figures (`metrics.speculative_decoding` of the

@@ -8,7 +8,7 @@ sweep. Written as vLLM writes without `--save-detailed` and with
 `vllm/benchmarks/serve.py`: `main()` and `benchmark()`).
 
 Where specwatch's figures differ from vLLM's own, specwatch's rule wins and is documented in
-the README: a p99 over fewer than 100 requests is null; ITL statistics come from the per-request
+docs/measurement.md: a p99 over fewer than 100 requests is null; ITL statistics come from the per-request
 gap histograms (within 0.5%); `max_output_tokens_per_s` counts chunks per second, as vLLM does,
 with each stream's chunks spread evenly over its decode time (specwatch keeps no per-chunk stamps).
 """

@@ -23,7 +23,7 @@ class SpecError(Exception):
 
 
 _FIXES = {
-    "extra_forbidden": "remove it (check the spelling against the README's experiment file section)",
+    "extra_forbidden": "remove it (check the spelling against docs/experiment-file.md)",
     "missing": "add it",
     "greater_than": "use a larger value",
     "greater_than_equal": "use a larger value",
