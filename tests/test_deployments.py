@@ -145,7 +145,7 @@ def test_ui_shows_the_on_demand_parameter_form(stack: Stack, finished_run, brows
     # the pydantic ExperimentSpec parameter renders as a form with its fields and their help
     for field in ("experiment", "Model", "Images", "Arms", "Baseline", "Workload", "Prompt Tokens"):
         assert field in text, field
-    assert "Either a checkpoint directory on disk or a model the project generates." in text
+    assert "A checkpoint directory on disk, a model the project generates, or a packaged GGUF model." in text
 
 
 def test_ui_shows_the_finished_runs_report_table(stack: Stack, finished_run, browser) -> None:
