@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -24,8 +23,8 @@ from specwatch.engine.modelcache import (
     CheckpointError,
     LocalPython,
     PythonRunner,
+    commit,
     remove_stale_tmp,
-    share,
 )
 from specwatch.engine.models.earlyexit import ensure_early_exit_draft
 from specwatch.engine.models.package import ensure_package_model
@@ -106,17 +105,8 @@ def ensure_generated_model(spec: GeneratedModel, python: Path | PythonRunner) ->
             "python": str(runner),
             "build_s": round(time.monotonic() - started, 3),
         }
-        # Marker inside the temp dir, then one rename: the rename is the commit point.
         (tmp / MODEL_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-        share(tmp)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            # Another process won the race (target exists and is non-empty): use theirs.
-            if (target / MODEL_MARKER).is_file():
-                return target
-            raise
-        return target
+        return commit(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

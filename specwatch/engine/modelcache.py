@@ -6,6 +6,7 @@ Below the checkpoint step and the model sources alike, so neither imports the ot
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -63,3 +64,16 @@ def remove_stale_tmp(target: Path) -> None:
                 shutil.rmtree(old, ignore_errors=True)
         except FileNotFoundError:
             pass
+
+
+def commit(tmp: Path, target: Path) -> Path:
+    """Rename a finished dir (its marker inside) into place: the rename is the commit point. Another
+    process that won the race leaves its own, complete dir there, which is used."""
+    share(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if (target / MODEL_MARKER).is_file():
+            return target
+        raise
+    return target

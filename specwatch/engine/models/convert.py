@@ -21,7 +21,7 @@ from pathlib import Path
 
 from specwatch.engine import modelcache, modelgen
 from specwatch.engine.environ import clean_environ
-from specwatch.engine.modelcache import MODEL_MARKER, PythonRunner
+from specwatch.engine.modelcache import MODEL_MARKER, PythonRunner, commit
 from specwatch.engine.models.wheel import ModelSourceError, PackagedGguf
 from specwatch.records import ModelSource
 
@@ -162,15 +162,3 @@ def write_marker(out: Path, source: ModelSource, extra: dict[str, object]) -> No
     """The checkpoint's provenance, read back by check_checkpoint into CheckpointFacts.source."""
     marker = {"source": source.model_dump(mode="json"), **extra}
     (out / MODEL_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-
-
-def commit(tmp: Path, target: Path) -> Path:
-    """Rename a finished dir into place; another process that won the race leaves its own."""
-    modelcache.share(tmp)
-    try:
-        os.rename(tmp, target)
-    except OSError:
-        if (target / MODEL_MARKER).is_file():
-            return target
-        raise
-    return target

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from specwatch.engine import modelcache
-from specwatch.engine.modelcache import MODEL_MARKER
-from specwatch.engine.models.convert import commit, write_marker
+from specwatch.engine.modelcache import MODEL_MARKER, commit
+from specwatch.engine.models.convert import write_marker
 from specwatch.engine.models.wheel import ModelSourceError
 from specwatch.records import ModelSource
 
