@@ -41,7 +41,7 @@ engine:
 		openssh-server >/dev/null; }
 
 test: install browser engine lint
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra --durations=25
 
 # A real Prefect server + worker with the deployments applied; Ctrl-C stops it.
 serve: install
