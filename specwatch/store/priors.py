@@ -14,7 +14,7 @@ the run's own rounds disagree with.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -97,8 +97,8 @@ def store_calibration(db_path: Path, aa: ExperimentSpec, result: RunResult, arm:
                          "key; fix: calibrate again once its image builds")
     measured = launch_variances(result, *slots(aa), composite_cells=judged_cells(aa))
     now = datetime.now(UTC)
-    rows = pd.DataFrame([{**key.__dict__, "cell": v.cell, "metric": v.metric, "sd": v.sd, "df": v.df,
-                          "composite_of": " ".join(v.composite_of) if v.cell == COMPOSITE_CELL else None,
+    rows = pd.DataFrame([{**asdict(key), "cell": v.cell, "metric": v.metric, "sd": v.sd, "df": v.df,
+                          "composite_of": " ".join(v.composite_of) or None,
                           "run_id": result.run_id, "arm": arm, "measured_at": now} for v in measured])
     con = db.connect(db_path)
     try:
@@ -129,7 +129,7 @@ def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts) -> dict[tup
     try:
         if named is not None:
             _check_named(con, named, key, db_path)
-        rows = db.query_df(con, db.load_sql("priors/for_key.sql"), {**key.__dict__, "run_id": named})
+        rows = db.query_df(con, db.load_sql("priors/for_key.sql"), {**asdict(key), "run_id": named})
     finally:
         con.close()
     cells = " ".join(judged_cells(spec))
