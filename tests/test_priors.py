@@ -272,3 +272,9 @@ def test_calibrate_runs_an_aa_through_the_ab_flow_and_stores_its_variance(prefec
     assert rows == [("unknown", url, "none", "closed/c1/code/p32", 1, got.run.run_id, "base"),
                     ("unknown", url, "none", COMPOSITE, 1, got.run.run_id, "base")]
     assert q(db, "SELECT count(DISTINCT arm) FROM arms WHERE run_id = $r", {"r": got.run.run_id}) == [(2,)]
+
+
+def test_an_aa_without_two_measured_rounds_stores_nothing_and_says_why(tmp_path: Path, aa: ExperimentSpec) -> None:
+    a, b = slots(aa)
+    with pytest.raises(PriorError, match=r"no cell was measured by both slots in 2 or more rounds"):
+        store_calibration(tmp_path / "h.duckdb", aa, aa_run(aa, "aa-1", {a: [1.0], b: [1.0]}), "k2")

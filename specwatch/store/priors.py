@@ -13,6 +13,7 @@ the run's own rounds disagree with.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict, astuple, dataclass, fields
 from datetime import UTC, datetime
@@ -96,6 +97,9 @@ def store_calibration(db_path: Path, aa: ExperimentSpec, result: RunResult, arm:
         raise PriorError(f"run {result.run_id}: arm {aa.baseline!r} has no built image, so its variance has no "
                          "key; fix: calibrate again once its image builds")
     measured = launch_variances(result, *slots(aa), composite_cells=judged_cells(aa))
+    if not measured:
+        raise PriorError(f"run {result.run_id}: no cell was measured by both slots in 2 or more rounds (failed "
+                         "launches or rejected cells: see its report); fix: calibrate again with more rounds")
     now = datetime.now(UTC)
     rows = pd.DataFrame([{**asdict(key), "cell": v.cell, "metric": v.metric, "sd": v.sd, "df": v.df,
                           "composite_of": " ".join(v.composite_of) or None,
@@ -106,6 +110,11 @@ def store_calibration(db_path: Path, aa: ExperimentSpec, result: RunResult, arm:
         con.execute(db.load_sql("priors/delete_run.sql"), {"run_id": result.run_id})
         db.append(con, "variance_priors", rows)
         con.commit()
+    except duckdb.Error as exc:
+        with contextlib.suppress(duckdb.Error):  # a failed commit has ended the transaction already
+            con.rollback()
+        raise db.DatabaseError(f"cannot store the variances of run {result.run_id} in {db_path}: "
+                               f"{db.one_line(exc)}") from None
     finally:
         con.close()
     return measured
