@@ -278,3 +278,17 @@ def test_an_aa_without_two_measured_rounds_stores_nothing_and_says_why(tmp_path:
     a, b = slots(aa)
     with pytest.raises(PriorError, match=r"no cell was measured by both slots in 2 or more rounds"):
         store_calibration(tmp_path / "h.duckdb", aa, aa_run(aa, "aa-1", {a: [1.0], b: [1.0]}), "k2")
+
+
+def test_the_composite_is_the_sd_of_the_per_round_mean_not_of_the_cells(aa: ExperimentSpec) -> None:
+    # slot B's code cells are slower exactly when its prose cells are faster: each cell varies, their mean not
+    a, b = slots(aa)
+    arms = []
+    for block, d in enumerate([0.1, -0.05, 0.2], start=1):
+        for name, code_s, prose_s in ((a, 1.0, 1.0), (b, 1.0 + d, 1.0 / (1.0 + d))):
+            by_class = (("code", code_s), ("prose", prose_s))
+            cells = [rf.cell(c, pc, s, [80.0, 60.0]) for c in (1, 4) for pc, s in by_class]
+            arms.append(rf.arm(name, 2, 1.0, [80.0, 60.0]).model_copy(update={"block": block, "cells": cells}))
+    found = {(v.cell, v.metric): v for v in launch_variances(rf.run("aa-1", arms), a, b, judged_cells(aa))}
+    assert found[("closed/c1/code/p128", DECODE)].sd > 0.05
+    assert found[(COMPOSITE, DECODE)].sd == pytest.approx(0.0, abs=1e-12)
