@@ -23,6 +23,7 @@ from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec
 
 if TYPE_CHECKING:
     from flows.ab import RunOutcome
+    from flows.calibrate import CalibrationOutcome
     from specwatch.report.rows import VerdictRow
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -147,6 +148,48 @@ def run(
     out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
     if json_path:
         json_path.write_text(outcome.model_dump_json(indent=1))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def calibrate(
+    file: Annotated[Path, typer.Argument(help="experiment YAML")],
+    arm: Annotated[str | None, typer.Option("--arm", metavar="NAME", help="run this arm in both slots (default: "
+                                            "the file's two arms, which must be identical apart from name)")]
+    = None,
+    rounds: Annotated[int, typer.Option("--rounds", help="rounds (one launch per slot each); >= 2")] = 3,
+    db: DbOption = None,
+) -> None:
+    """A/A calibration: one arm in both slots of every round; stores its launch variance per cell and metric."""
+    from specwatch.calibrate import CalibrationError, aa_spec
+
+    spec = _load(file)
+    try:
+        aa_spec(spec, arm, rounds)  # a bad request is one line before anything runs (the flow builds it again)
+    except CalibrationError as exc:
+        raise _fail(f"calibrate {file}: {exc}; nothing was started") from None
+    from flows.calibrate import calibrate as calibrate_flow  # imports prefect: only after its environment is set
+
+    got: list[CalibrationOutcome] = []
+
+    def call() -> RunOutcome:
+        got.append(calibrate_flow(spec, arm=arm, rounds=rounds, db=str(db) if db else None,
+                                  experiment_file=str(file.resolve())))
+        return got[0].run
+
+    outcome = _flow_outcome(call, "partial A/A run stored, no variance stored (calibrate again)")
+    cal = got[0]
+    out.print(_verdict_table(f"A/A run {outcome.run_id} of arm {cal.arm}: {outcome.headline}", outcome.rows))
+    if cal.error:
+        raise _fail(f"no variance stored: {cal.error}")
+    table = Table(title=f"launch variance stored in {outcome.db_path} (name it with design.variance_from: "
+                        f"{outcome.run_id})")
+    for col in ("cell", "metric", "sd of log-ratio", "df"):
+        table.add_column(col, overflow="fold")
+    for v in cal.variances:
+        table.add_row(v.cell, v.metric, f"{v.sd:.4f}", str(v.df))
+    out.print(table)
+    out.print(f"report: {outcome.run_dir / 'report.md'}")
     raise typer.Exit(outcome.exit_code)
 
 

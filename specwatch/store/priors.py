@@ -1,0 +1,169 @@
+"""Launch variances learned before a run (issue 22, deliverable 4): what A/A calibrations stored in
+`variance_priors` (sql/migrations/016_variance_priors.sql), and the priors a run may use.
+
+A variance is comparable between runs only on the same platform, CPU or GPU model and count, image and
+model (`VarianceKey`); it is never keyed by hostname, since GPU hosts are fresh machines. The key is
+read from the run's facts (`RunFacts`), known once its images are built and its checkpoint is checked,
+before the first launch: that is when the runner asks `priors_for`.
+
+The key's image is the baseline arm's: an A/A of the baseline is what a calibration usually runs.
+It can understate a candidate's variance (docs/verdict.md); sequential.decide's F check drops a prior
+the run's own rounds disagree with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import asdict, astuple, dataclass, fields
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from specwatch.analysis.calibration import MeasuredVariance, launch_variances
+from specwatch.analysis.sequential import COMPOSITE, PriorVariance
+from specwatch.analysis.verdict import declared_levels
+from specwatch.bench.runner import cell_keys
+from specwatch.calibrate import slots
+from specwatch.engine.platforms import platform_of
+from specwatch.records import CheckpointFacts, HostFacts, ImageRef, RunResult
+from specwatch.spec import ExperimentSpec
+from specwatch.store import db
+
+# The cell id of a metric's composite in `priors_for`'s mapping and in the table: sequential's reserved
+# name, so that a prior's key is the unit's (cell, metric) in the decision's results.
+COMPOSITE_CELL = COMPOSITE
+
+
+class PriorError(ValueError):
+    """A stored variance this run cannot use; one line with the field, the value, what differs and the fix."""
+
+
+@dataclass(frozen=True)
+class VarianceKey:
+    """What makes a launch variance comparable between runs."""
+
+    platform: str  # specwatch.engine.platforms: cpu, gpu; unknown for an endpoint
+    hardware: str  # the GPU model on gpu, else the CPU model
+    hardware_count: int  # GPUs on gpu, else CPU cores
+    image: str  # the baseline arm's image digest (an endpoint has none: its URL)
+    model: str  # the checkpoint's config.json sha256, "+gguf:<sha256>" for a packaged model; "none" for an endpoint
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run's VarianceKey is read from: this host, the images as built, the checkpoint as checked."""
+
+    host: HostFacts
+    images: Mapping[str, ImageRef]  # by image name (ExperimentSpec.images)
+    checkpoint: CheckpointFacts | None  # None: an endpoint-only run
+
+    @classmethod
+    def of(cls, result: RunResult) -> RunFacts:
+        """A finished run's facts (its launches carry the images they ran)."""
+        images = {a.image: a.image_ref for a in result.arms if a.image_ref is not None}
+        return cls(result.provenance.host, images, result.checkpoint)
+
+
+def variance_key(spec: ExperimentSpec, facts: RunFacts) -> VarianceKey | None:
+    """The run's key; None when the baseline arm's image was not built (nothing to compare then)."""
+    ref = facts.images.get(spec.arm(spec.baseline).image)
+    if ref is None:
+        return None
+    platform = platform_of(ref.package).name
+    host = facts.host
+    gpu = platform == "gpu"
+    hardware = (host.gpu_model if gpu else host.cpu_model) or "unknown"
+    count = (host.gpu_count if gpu else host.cpu_count) or 0
+    ckpt = facts.checkpoint
+    model = "none" if ckpt is None else ckpt.config_sha256 + (f"+gguf:{ckpt.source.gguf_sha256}" if ckpt.source else "")
+    return VarianceKey(platform, hardware, count, ref.digest or ref.url or ref.name, model)
+
+
+def judged_cells(spec: ExperimentSpec) -> tuple[str, ...]:
+    """The cell ids a run's composite averages: the workload's cells at the levels the verdict counts."""
+    levels = set(declared_levels(spec))
+    return tuple(sorted(k.id for k in cell_keys(spec.workload) if k.level in levels))
+
+
+def store_calibration(db_path: Path, aa: ExperimentSpec, result: RunResult, arm: str) -> list[MeasuredVariance]:
+    """Measure an A/A run's launch variances and store them under its key (replacing the run's earlier rows).
+
+    `aa` is the A/A experiment (specwatch.calibrate.aa_spec) and `arm` the arm it calibrated."""
+    key = variance_key(aa, RunFacts.of(result))
+    if key is None:
+        raise PriorError(f"run {result.run_id}: arm {aa.baseline!r} has no built image, so its variance has no "
+                         "key; fix: calibrate again once its image builds")
+    measured = launch_variances(result, *slots(aa), composite_cells=judged_cells(aa))
+    if not measured:
+        raise PriorError(f"run {result.run_id}: no cell was measured by both slots in 2 or more rounds (failed "
+                         "launches or rejected cells: see its report); fix: calibrate again with more rounds")
+    now = datetime.now(UTC)
+    rows = pd.DataFrame([{**asdict(key), "cell": v.cell, "metric": v.metric, "sd": v.sd, "df": v.df,
+                          "composite_of": " ".join(v.composite_of) or None,
+                          "run_id": result.run_id, "arm": arm, "measured_at": now} for v in measured])
+    con = db.connect(db_path)
+    try:
+        con.begin()
+        con.execute(db.load_sql("priors/delete_run.sql"), {"run_id": result.run_id})
+        db.append(con, "variance_priors", rows)
+        con.commit()
+    except duckdb.Error as exc:
+        with contextlib.suppress(duckdb.Error):  # a failed commit has ended the transaction already
+            con.rollback()
+        raise db.DatabaseError(f"cannot store the variances of run {result.run_id} in {db_path}: "
+                               f"{db.one_line(exc)}") from None
+    finally:
+        con.close()
+    return measured
+
+
+def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts) -> dict[tuple[str, str], PriorVariance]:
+    """The stored launch variances this run may use, keyed (cell id, metric name); a metric's composite
+    under (COMPOSITE_CELL, metric).
+
+    Only calibrations whose VarianceKey equals this run's count, and several of them are pooled
+    (df-weighted variance, df summed). A composite is returned only when its calibration averaged the
+    same cells as this run's composite (judged_cells). With `design.variance_from: RUN_ID` only that
+    calibration is used, and PriorError says which key part differs when it was measured elsewhere.
+    Whether a prior is then used (enough pooled df, the F check) is sequential.decide's call.
+    """
+    key = variance_key(spec, facts)
+    named = spec.design.variance_from
+    if key is None or (not db_path.exists() and named is None):
+        return {}
+    con = db.connect(db_path)
+    try:
+        if named is not None:
+            _check_named(con, named, key, db_path)
+        rows = db.query_df(con, db.load_sql("priors/for_key.sql"), {**asdict(key), "run_id": named})
+    finally:
+        con.close()
+    cells = " ".join(judged_cells(spec))
+    out: dict[tuple[str, str], PriorVariance] = {}
+    for r in rows.itertuples(index=False):
+        if r.cell == COMPOSITE_CELL and r.composite_of != cells:
+            continue  # a composite over other cells has another variance
+        when = pd.Timestamp(r.measured_at).strftime("%Y-%m-%d")
+        out[(str(r.cell), str(r.metric))] = PriorVariance(float(r.sd), int(r.df), f"A/A calibration {r.runs} "
+                                                          f"(latest {when})")
+    return out
+
+
+def _check_named(con: duckdb.DuckDBPyConnection, run_id: str, key: VarianceKey, db_path: Path) -> None:
+    """PriorError unless `run_id` is a calibration stored under `key`."""
+    stored = con.execute(db.load_sql("priors/run_key.sql"), {"run_id": run_id}).fetchall()
+    field = f"design.variance_from={run_id!r}"
+    if not stored:
+        raise PriorError(f"{field}: no calibration with that run id in {db_path}; fix: run `specwatch calibrate FILE "
+                         "--arm BASELINE` and name its run id, or remove design.variance_from")
+    there = VarianceKey(*stored[0][:5])
+    differ = [f"{f.name} {a!r} there, {b!r} here" for f, a, b in zip(fields(VarianceKey), astuple(there),
+                                                                         astuple(key), strict=True) if a != b]
+    if differ:
+        raise PriorError(f"{field}: that calibration (arm {stored[0][5]!r}) was measured with another key: "
+                         f"{'; '.join(differ)}; fix: calibrate with this run's platform, hardware, image and model "
+                         "(`specwatch calibrate FILE --arm BASELINE` on this kind of host) and name that run, or "
+                         "remove design.variance_from")
