@@ -51,7 +51,7 @@ def test_a_v2_file_upgrades_to_v3_with_the_new_figures_unknown(tmp_path: Path) -
     assert doc["schema_version"] == 2 and "request_id" not in doc["arms"][0]["cells"][0]["requests"][0]
     shutil.copy(V2, tmp_path / RESULTS_FILE)
     result = read_raw(tmp_path)
-    assert result.schema_version == RESULTS_SCHEMA_VERSION == 3
+    assert result.schema_version == RESULTS_SCHEMA_VERSION == 4
     cell = result.arms[0].cells[0]
     assert cell.decode_tok_s_median == pytest.approx(doc["arms"][0]["cells"][0]["decode_tok_s_median"])
     # never measured in v2: unknown, not zero
@@ -83,7 +83,7 @@ def test_an_unknown_key_is_refused_and_named(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     doc["arms"][1]["cells"][2]["decode_tok_per_s"] = 1.0  # a misspelt field
     path.write_text(json.dumps(doc))
-    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 3"):
+    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 4"):
         read_raw(tmp_path)
 
 
