@@ -77,6 +77,32 @@ def test_todays_file_round_trips(tmp_path: Path) -> None:
     assert read_raw(tmp_path) == result
 
 
+def test_a_v3_file_upgrades_with_its_outputs_unhashed(tmp_path: Path) -> None:
+    write_raw(rf.run(), tmp_path)
+    path = tmp_path / RESULTS_FILE
+    doc = json.loads(path.read_text())
+    for arm in doc["arms"]:
+        for cell in arm["cells"]:
+            for request in cell["requests"]:
+                del request["output_sha256"]
+    path.write_text(json.dumps({**doc, "schema_version": 3}))
+    result = read_raw(tmp_path)
+    assert result.schema_version == 4
+    assert {r.output_sha256 for a in result.arms for c in a.cells for r in c.requests} == {None}
+
+
+def test_output_hashes_round_trip_through_the_database(tmp_path: Path) -> None:
+    result = rf.run()
+    requests = result.arms[0].cells[0].requests
+    requests[0] = requests[0].model_copy(update={"output_sha256": "0123456789abcdef"})
+    ingest(result, tmp_path / "h.duckdb")
+    con = connect(tmp_path / "h.duckdb")
+    try:
+        assert load(con, result.run_id) == result
+    finally:
+        con.close()
+
+
 def test_an_unknown_key_is_refused_and_named(tmp_path: Path) -> None:
     write_raw(rf.run(), tmp_path)
     path = tmp_path / RESULTS_FILE

@@ -241,8 +241,7 @@ class _Blocks:
 
         outcome = self.hooks.launch(arm, self.spec, self.refs[arm.image], ctx, self.facts,
                                     namespace=launch_namespace(self.result.run_id, block, name, name in self.shared),
-                                    block=block,
-                                    on_cell=on_cell, sweep=self.sweep)
+                                    block=block, on_cell=on_cell, sweep=self.sweep)
         self.result.arms.remove(running)
         if outcome.status == "ok" and outcome.k != arm.k:
             self.resolved[name] = arm.with_k(outcome.k)
