@@ -38,7 +38,7 @@ P99 = 0.99
 ITL_BUCKET_RATIO = 1.01
 ITL_FLOOR_MS = 0.001  # gaps below 1 us (chunks of one read) share the lowest bucket
 
-RESULTS_SCHEMA_VERSION: Literal[3] = 3
+RESULTS_SCHEMA_VERSION: Literal[4] = 4
 LoadMode = Literal["closed", "rate"]
 
 
@@ -262,6 +262,9 @@ class RequestSample(_Record):
     spec_accepted_tokens: int | None = None
     spec_draft_tokens: int | None = None
     spec_acceptance_histogram: list[int] | None = None  # verify steps by accepted draft tokens j = 0..k
+    # sha256 of the output text, 16 hex digits (bench.client.output_hash); None unless status is ok. The arms
+    # of a round send the same prompt at each index (engine/namespaces.py): equal hashes, equal outputs.
+    output_sha256: str | None = None
     # Sweep runs only (flows/sweep.py): one stream at a time, so a /metrics window around each request
     # is that request's own acceptance; the prompt's own repetition; the loop detector's verdict.
     window_drafts: float | None = None
@@ -703,7 +706,7 @@ class Provenance(_Record):
 
 
 class RunResult(_Record):
-    schema_version: Literal[3] = RESULTS_SCHEMA_VERSION
+    schema_version: Literal[4] = RESULTS_SCHEMA_VERSION
     run_id: str
     flow_run_id: str | None = None
     experiment_name: str

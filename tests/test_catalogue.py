@@ -129,7 +129,7 @@ def test_migration_014_moves_the_stored_runs_metrics_into_cell_metrics(tmp_path:
             con.execute(text)
             con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
     for table, frame in frames(result).items():
-        if table != "cell_metrics":
+        if table not in ("cell_metrics", "requests"):  # 014 reads the cells; requests has columns of later migrations
             db.append(con, table, frame)
     assert db.migrate(con)[0] == "014_cell_metrics.sql"
     moved = con.execute("SELECT arm, block, cell, metric, value FROM cell_metrics").fetchall()

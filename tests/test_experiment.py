@@ -46,6 +46,7 @@ class FakeLaunch:
     decode_s: dict[str, float | list[float]] = field(default_factory=dict)
     interrupt_at: tuple[str, int] | None = None  # this launch finishes one cell, then Ctrl-C
     calls: list[tuple[str, int]] = field(default_factory=list)
+    namespaces: dict[tuple[str, int], str] = field(default_factory=dict)  # (arm, block) -> its nonce namespace
     locked: list[bool] = field(default_factory=list)  # whether the cluster lock was held at each launch
     lock_held: bool = False
 
@@ -53,6 +54,7 @@ class FakeLaunch:
                  facts: CheckpointFacts | None, namespace: str, block: int = 1, on_cell: CellCallback | None = None,
                  sweep: SweepSpec | None = None) -> ArmResult:
         self.calls.append((arm.name, block))
+        self.namespaces[(arm.name, block)] = namespace
         self.locked.append(self.lock_held)
         per_block = self.decode_s.get(arm.name, 1.0)
         decode_s = per_block[(block - 1) % len(per_block)] if isinstance(per_block, list) else per_block
@@ -101,6 +103,9 @@ def test_launches_run_in_the_counterbalanced_order_under_the_cluster_lock(tmp_pa
     assert [(a.name, a.block, a.status) for a in result.arms] == [(n, b, "ok") for n, b in launch.calls]
     assert result.checkpoint is not None and result.ended_at is not None
     assert read_raw(tmp_path / "run").arms == result.arms  # each launch on disk as it finishes
+    # common random numbers: the arms of a round send the same prompts (each to a fresh server), rounds differ
+    run_id = result.run_id
+    assert launch.namespaces == {(arm, b): f"{run_id}:b{b}" for arm, b in launch.calls}
 
 
 def test_resume_runs_only_the_launches_not_finished(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -51,7 +51,7 @@ def test_a_v2_file_upgrades_to_v3_with_the_new_figures_unknown(tmp_path: Path) -
     assert doc["schema_version"] == 2 and "request_id" not in doc["arms"][0]["cells"][0]["requests"][0]
     shutil.copy(V2, tmp_path / RESULTS_FILE)
     result = read_raw(tmp_path)
-    assert result.schema_version == RESULTS_SCHEMA_VERSION == 3
+    assert result.schema_version == RESULTS_SCHEMA_VERSION == 4
     cell = result.arms[0].cells[0]
     assert cell.decode_tok_s_median == pytest.approx(doc["arms"][0]["cells"][0]["decode_tok_s_median"])
     # never measured in v2: unknown, not zero
@@ -77,13 +77,39 @@ def test_todays_file_round_trips(tmp_path: Path) -> None:
     assert read_raw(tmp_path) == result
 
 
+def test_a_v3_file_upgrades_with_its_outputs_unhashed(tmp_path: Path) -> None:
+    write_raw(rf.run(), tmp_path)
+    path = tmp_path / RESULTS_FILE
+    doc = json.loads(path.read_text())
+    for arm in doc["arms"]:
+        for cell in arm["cells"]:
+            for request in cell["requests"]:
+                del request["output_sha256"]
+    path.write_text(json.dumps({**doc, "schema_version": 3}))
+    result = read_raw(tmp_path)
+    assert result.schema_version == 4
+    assert {r.output_sha256 for a in result.arms for c in a.cells for r in c.requests} == {None}
+
+
+def test_output_hashes_round_trip_through_the_database(tmp_path: Path) -> None:
+    result = rf.run()
+    requests = result.arms[0].cells[0].requests
+    requests[0] = requests[0].model_copy(update={"output_sha256": "0123456789abcdef"})
+    ingest(result, tmp_path / "h.duckdb")
+    con = connect(tmp_path / "h.duckdb")
+    try:
+        assert load(con, result.run_id) == result
+    finally:
+        con.close()
+
+
 def test_an_unknown_key_is_refused_and_named(tmp_path: Path) -> None:
     write_raw(rf.run(), tmp_path)
     path = tmp_path / RESULTS_FILE
     doc = json.loads(path.read_text())
     doc["arms"][1]["cells"][2]["decode_tok_per_s"] = 1.0  # a misspelt field
     path.write_text(json.dumps(doc))
-    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 3"):
+    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 4"):
         read_raw(tmp_path)
 
 

@@ -8,6 +8,7 @@ httpx is the workload's `client_transport` (specwatch.bench.transports).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -27,6 +28,12 @@ from specwatch.spec import SamplingSpec, WorkloadSpec
 Output = list[int] | str  # token ids when the server sends them, else text
 
 
+def output_hash(text: str) -> str:
+    """A short fingerprint of a request's output text: equal prompts give equal hashes under greedy decoding
+    unless the arms' numerics diverge (pairs the arms' outputs without storing them)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class BenchError(Exception):
     """The endpoint cannot be benchmarked at all (down, not OpenAI-compatible)."""
 
@@ -35,7 +42,7 @@ class BenchError(Exception):
 class BenchTarget:
     base_url: str
     model: str
-    # Makes nonces unique to this invocation (run, arm, block); content stays seeded.
+    # Seeds the nonces and request ids: the same for every arm of a round (engine/namespaces.py); content stays seeded.
     namespace: str
     # Where each cell's prompts are also written as the peer's dataset (specwatch.export.peer_dataset).
     dataset_dir: Path | None = None
@@ -166,6 +173,7 @@ class Client:
         spec: dict[str, Any] = {}
 
         def sample(status: str, error: str | None = None, kind: str | None = None) -> RequestSample:
+            """The request's record; only a complete output (status ok) gets an output hash."""
             now = t_end or time.perf_counter()
             itl: dict[int, int] = {}
             for g in gaps:
@@ -191,6 +199,7 @@ class Client:
                 spec_accepted_tokens=spec.get("num_accepted_draft_tokens"),
                 spec_draft_tokens=spec.get("num_draft_tokens"),
                 spec_acceptance_histogram=spec.get("acceptance_histogram"),
+                output_sha256=output_hash("".join(parts)) if status == "ok" else None,
             ))
 
         try:

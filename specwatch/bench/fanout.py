@@ -97,7 +97,7 @@ async def drive(client: Client, key: CellKey, shape: LoadShape, ctx_of: Callable
     results: Results = []
 
     async def send(index: int, prompt: Prompt, scheduled: float | None = None) -> None:
-        # Unique per run, arm, block (the namespace), cell and index: joins samples with server logs.
+        # Per round (the namespace), cell and index: joins samples with server logs, and pairs the arms of a round.
         sample, output = await client.stream(index, prompt, prompt.max_tokens or client.workload.max_tokens,
                                              request_id=f"{client.target.namespace}/{key.id}/{index}")
         results.append((sample.model_copy(update={"scheduled_s": scheduled}), output))

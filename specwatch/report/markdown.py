@@ -11,6 +11,7 @@ from pathlib import Path
 from statistics import median
 
 from specwatch.analysis.metrics import Metric, report_columns
+from specwatch.analysis.outputs import output_matches
 from specwatch.analysis.verdict import Assessment
 from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
@@ -81,8 +82,10 @@ def _measurement(result: RunResult, spec: ExperimentSpec) -> list[str]:
     return [
         "## Measurement",
         f"{launches} server launch(es), {cells} cell(s); boot {_fmt(min(boots, default=None), '.0f')}-"
-        f"{_fmt(max(boots, default=None), '.0f')} s. Every prompt starts with a nonce unique to the run, launch, cell "
-        "and request; its length is calibrated with the server's /tokenize. Tokens are counted from "
+        f"{_fmt(max(boots, default=None), '.0f')} s. Every prompt starts with a nonce unique to the run, round "
+        "(block), cell and request; the arms of a round get the same prompts in the same order (common random "
+        "numbers), unless they share one running server, where each arm's nonces are its own. Prompt length "
+        "is calibrated with the server's /tokenize. Tokens are counted from "
         "`usage.completion_tokens`; decode tok/s per stream = (tokens - 1) / (last token - first token). "
         "Acceptance comes from /metrics counter deltas over each cell's window. A cell's replicate is its "
         "median over requests in one launch (block); blocks of the two arms are paired by launch order "
@@ -131,6 +134,7 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, row
             lines.append(f"- agreement: `{row.arm}` k={row.k} measured {row.measured_tok_s:.1f} tok/s, predicted "
                          f"{row.predicted_tok_s:.1f} from the baseline's curve ({row.error * 100:+.1f}%)")
     lines += _latency(result)
+    lines += _output_match(result, spec)
     lines += ["", *[f"![{name}]({name})" for name in figures]]
     return lines
 
@@ -160,6 +164,19 @@ def _latency(result: RunResult) -> list[str]:
         preempt = [c.window.preemptions for c in cells if c.window.preemptions is not None]
         lines.append(f"| {name} | {cell} | {' | '.join(figures)} | {_fmt(sum(preempt) if preempt else None, '.0f')} |")
     return lines
+
+
+def _output_match(result: RunResult, spec: ExperimentSpec) -> list[str]:
+    """Per arm and cell, how many same-prompt requests (pooled over rounds) gave the baseline's output."""
+    matches = output_matches(result, spec.baseline)
+    if not matches:
+        return []
+    return ["", "Outputs equal to the baseline's for the same prompt (sha256 of the text; requests paired by "
+            "request id within a round). A mismatch is not a correctness failure: batched kernels, other images "
+            "and CPU builds diverge under greedy decoding too; only the greedy probes judge correctness.", "",
+            "| arm | cell | paired requests | same output |", "|---|---|---|---|",
+            *[f"| {m.arm} | {m.cell} | {m.paired} | {m.matched} ({100 * m.matched / m.paired:.0f}%) |"
+              for m in matches]]
 
 
 def _conclusion(result: RunResult, assessment: Assessment) -> list[str]:

@@ -45,8 +45,14 @@ def _v2_to_v3(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 3}
 
 
+def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
+    # v4 added each request's output hash, and gave the arms of a round the same prompts (before, each
+    # launch drew its own nonces). v3 hashed nothing: the hashes stay None, so the lift is the version alone.
+    return {**doc, "schema_version": 4}
+
+
 # schema_version -> the function that lifts a document of that version by one.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""Which nonces a launch sends: the same for every arm of a round (common random numbers), unless
+two arms reach the same running server.
+
+A launch's namespace seeds every nonce it sends (bench/prompts.py `nonce`), and request ids are
+`<namespace>/<cell>/<index>`. Bodies are seeded by workload.seed and request index alone, so two
+launches with one namespace send the identical request sequence: same nonces, bodies and order.
+
+Nonces must stay unique within one server's life (measurement rule 1). A server that an arm boots
+is fresh, so every arm of round b shares `<run>:b<b>`; round b+1 gets others. An arm whose launcher
+boots nothing (an endpoint) reaches a server that lives on: where another arm of the run reaches
+the same one (an A/A against one endpoint), its prefix cache would serve the second arm from the
+first arm's prompts, so each such arm adds its own name and sends nonces of its own (the bodies and
+their order stay common).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from urllib.parse import urlsplit
+
+from specwatch.engine.launchers.registry import launcher_for
+from specwatch.spec import ExperimentSpec
+
+# One machine's loopback under the names a spec may use for it.
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def server_of(url: str) -> str:
+    """A running server's identity from its URL: scheme, host (loopback under one name), port, path."""
+    parts = urlsplit(url.strip())
+    host = (parts.hostname or "").lower()
+    host = "loopback" if host in _LOOPBACK else host
+    port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 0)
+    return f"{parts.scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def sharing_a_server(spec: ExperimentSpec) -> frozenset[str]:
+    """The arms that boot no server of their own and reach one that another arm of `spec` reaches too.
+
+    Servers are told apart by URL: two URLs that name one server by different host names are not seen
+    as one, and then the prefix-cache gate (measurement rule 1) rejects the second arm's cells.
+    """
+    servers: dict[str, str] = {}
+    for arm in spec.arms:
+        image = spec.image(arm.image)
+        if not launcher_for(arm, image).boots and image.url:
+            servers[arm.name] = server_of(image.url)
+    reached = Counter(servers.values())
+    return frozenset(name for name, server in servers.items() if reached[server] > 1)
+
+
+def launch_namespace(run_id: str, block: int, arm: str, shares_server: bool) -> str:
+    """The nonce namespace of arm `arm`'s launch in round (block) `block`: see the module doc."""
+    common = f"{run_id}:b{block}"
+    return f"{common}:{arm}" if shares_server else common
