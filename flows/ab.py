@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from flows.failures import tracebacks_to
 from specwatch import paths
+from specwatch.analysis.pairing import Priors
 from specwatch.analysis.verdict import assess, decision_records
 from specwatch.engine import processes
 from specwatch.engine.checkpoint import CheckpointError
@@ -56,15 +57,16 @@ def stop_servers(flow: Any, flow_run: Any, state: Any) -> None:
 
 
 def measure_guarded(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_path: Path, cluster: str,
-                    sweep: SweepSpec | None = None) -> RunOutcome | None:
+                    sweep: SweepSpec | None = None, priors: Priors | None = None) -> RunOutcome | None:
     """Every launch of the run, by the engine's runner with the Prefect stages and the cluster's lock.
     Returns the outcome of a run that could not go on (None when it may be stored and checked); an
-    interrupt is stored as a partial run and raised."""
+    interrupt is stored as a partial run and raised. `priors`: stored variances for the looks (the
+    verdict must get the same)."""
     hooks = Hooks(build_image=build_image, prepare_checkpoint=prepare_checkpoint, launch=launch_arm,
                   log=get_run_logger(), cluster_lock=partial(cluster_lock, cluster))
     run_id = result.run_id
     try:
-        run_experiment(spec, result, run_dir, db_path, hooks, sweep)
+        run_experiment(spec, result, run_dir, db_path, hooks, sweep, priors)
     except CheckpointError as exc:
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
                           headline="could not run", error=f"checkpoint: {exc}")
@@ -105,13 +107,15 @@ def ab(
 
 
 def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, experiment_file: str | None,
-         cluster: str, resume: str | None) -> RunOutcome:
+         cluster: str, resume: str | None, priors: Priors | None = None) -> RunOutcome:
+    """`priors`: stored per-round variances (store/priors.py, issue 22) for the looks and the verdict; none:
+    each run learns its variance from its own rounds."""
     logger = get_run_logger()
     db_path = Path(db).expanduser() if db else paths.default_db()
     logger.info("run %s: %d arm(s), results in %s", run_id, len(spec.arms), run_dir)
     result = resumed(run_dir, logger) if resume else new_result(spec, run_id, experiment_file)
     result.flow_run_id = flow_run.id
-    if (stopped := measure_guarded(spec, result, run_dir, db_path, cluster)) is not None:
+    if (stopped := measure_guarded(spec, result, run_dir, db_path, cluster, priors=priors)) is not None:
         return stopped
 
     baseline = spec.baseline
@@ -119,7 +123,7 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
         ingest_run(result, run_dir, db_path)
         single_boot = spec.design.blocks == 1 and not spec.design.adaptive
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
-        assessment = assess(result, spec)  # the run's one verdict: the checks, the report and the outcome share it
+        assessment = assess(result, spec, priors)  # the one verdict: the checks, the report and the outcome share it
         result.quality += decision_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
@@ -132,4 +136,4 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     verdict = headline(result, assessment)
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=verdict, reasons=assessment.verdict.run_reasons, rows=rows)
+                      headline=verdict, reasons=assessment.verdict.all_reasons, rows=rows)

@@ -1,5 +1,5 @@
 """The experiment runner: images, checkpoint, then every launch in counterbalanced block order, with
-the looks between blocks (adaptive stopping), resume and partial runs.
+the looks between rounds (the sequential decision, while undecided), resume and partial runs.
 
 No Prefect here: what is Prefect-bound (the stages as tasks, the run logger, the cluster lock) comes
 in as `Hooks`, the way `run_arm` takes its cell `runner=`. The flows decide order and what a failure
@@ -19,9 +19,9 @@ from typing import Protocol
 
 import specwatch
 from specwatch import ranks
-from specwatch.analysis.adaptive import adaptive_decision
 from specwatch.analysis.blocks import block_order
-from specwatch.analysis.verdict import compare_cells, confidence_for
+from specwatch.analysis.pairing import Priors
+from specwatch.analysis.verdict import decisions
 from specwatch.bench.runner import CellCallback
 from specwatch.engine import orphans
 from specwatch.engine.checkpoint import CheckpointError, PythonRunner
@@ -101,10 +101,12 @@ def resumed(run_dir: Path, log: Log) -> RunResult:
 
 
 def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_path: Path, hooks: Hooks,
-                   sweep: SweepSpec | None = None) -> None:
+                   sweep: SweepSpec | None = None, priors: Priors | None = None) -> None:
     """Every launch of the run into `result` (and results.json), under the cluster lock and the run's lock.
 
     `sweep`: each launch measures the context-length sweep instead of the workload's cells (flows/sweep.py).
+    `priors`: stored per-round variances the looks between rounds may pool in (analysis/pairing.Priors);
+    the verdict must get the same ones, so that it reads what the last look read.
     Raises CheckpointError (the record so far is written) and ResumeRefused (results.json stays as it was).
     Any other exception (Ctrl-C, cancellation, SIGTERM) stops the run: what was measured is written and
     stored as a partial run, and the exception goes on.
@@ -114,7 +116,7 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
         hooks.log.warning("%s", line)
     try:
         with hooks.cluster_lock(), orphans.run_lock(result.run_id):
-            _measure(spec, result, run_dir, hooks, sweep)
+            _measure(spec, result, run_dir, hooks, sweep, priors or {})
     except CheckpointError:
         result.ended_at = datetime.now(UTC)
         write_raw(result, run_dir)
@@ -128,7 +130,8 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
     result.ended_at = datetime.now(UTC)
 
 
-def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hooks, sweep: SweepSpec | None) -> None:
+def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hooks, sweep: SweepSpec | None,
+             priors: Priors) -> None:
     refs, image_errors = _images(spec, run_dir, hooks)
     facts = _checkpoint(spec, refs, hooks)
     if problems := resume_conflicts(result, {n: r.digest for n, r in refs.items()}, facts):
@@ -140,7 +143,7 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hook
     for arm_name, block in block_order(names, spec.design.blocks):
         blocks.run(arm_name, block)
     done = spec.design.blocks
-    while _another_block(spec, result, done, hooks.log):
+    while _another_block(spec, result, done, hooks.log, priors):
         done += 1
         # the counterbalanced order for one more block per arm; the earlier blocks' launches stand
         for arm_name, block in block_order(names, done):
@@ -148,16 +151,15 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hook
                 blocks.run(arm_name, block)
 
 
-def _another_block(spec: ExperimentSpec, result: RunResult, done: int, log: Log) -> bool:
-    """The look between blocks: an adaptive design adds a block per arm while a cell's interval still
-    straddles the noise band, up to max_blocks; a fixed design never does."""
+def _another_block(spec: ExperimentSpec, result: RunResult, done: int, log: Log, priors: Priors) -> bool:
+    """The look between rounds: an adaptive design adds a round while any arm's sequential decision is
+    CONTINUE (undecided with rounds left, up to max_blocks); a fixed design never does."""
     if not spec.design.adaptive:
         return False
-    cis = {(c.arm, c.key, c.metric): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
-    step = adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
-                             spec.design.max_blocks or done)
-    log.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
-    return step.add_block
+    looks = decisions(result, spec, priors)
+    for ad in looks:
+        log.info("look after %d round(s), %s: %s: %s", done, ad.arm, ad.decision.outcome, ad.decision.reason)
+    return any(ad.decision.outcome == "CONTINUE" for ad in looks)
 
 
 def _images(spec: ExperimentSpec, run_dir: Path, hooks: Hooks) -> tuple[dict[str, ImageRef], dict[str, str]]:
