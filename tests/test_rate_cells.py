@@ -146,7 +146,7 @@ def blocks(rate_speedup: float) -> RunResult:
 def test_the_verdict_judges_rate_cells_beside_concurrency_cells() -> None:
     assert assess(blocks(1.1), spec()).verdict.decision == "PROMOTE"
     v = assess(blocks(0.8), spec()).verdict  # slower under open-loop load only
-    assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.reasons)
+    assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.arm_reasons)
     # declared concurrency levels only: the rate cell is not counted
     assert assess(blocks(0.8), spec(request_rates=[])).verdict.decision == "PROMOTE"
 

@@ -37,7 +37,7 @@ class Comparison:
 
     arm: str
     series: tuple[CellSeries, ...]
-    keys: Mapping[str, CellKey]  # a series' cell (CellKey.id) -> its key
+    keys: Mapping[str, CellKey]  # a series' cell name -> its key
     paired: int  # cell-rounds summarised from paired requests
     valued: int  # cell-rounds with a value
 
@@ -108,6 +108,8 @@ def compare(result: RunResult, baseline: str, arm: str, metrics: list[str], leve
     per_round = [(_cells(base, n), _cells(cand, n)) for n in range(1, rounds + 1)]
     keys = sorted({k for b, c in per_round for k in (*b, *c) if not levels or k.level in levels},
                   key=CellKey.sort_key)
+    # series are named by label (`c=4 code`: what the decision's reasons print), by id if labels collide
+    name_of = {k: k.label for k in keys} if len({k.label for k in keys}) == len(keys) else {k: k.id for k in keys}
     series, paired, valued = [], 0, 0
     for name in metrics:
         for key in keys:
@@ -115,8 +117,8 @@ def compare(result: RunResult, baseline: str, arm: str, metrics: list[str], leve
             values = [round_value(b.get(key), c.get(key), metric) for b, c in per_round]
             paired += sum(p for _, p in values)
             valued += sum(math.isfinite(v) for v, _ in values)
-            series.append(CellSeries(key.id, name, tuple(v for v, _ in values), priors.get((key.id, name))))
-    return Comparison(arm, tuple(series), {k.id: k for k in keys}, paired, valued)
+            series.append(CellSeries(name_of[key], name, tuple(v for v, _ in values), priors.get((key.id, name))))
+    return Comparison(arm, tuple(series), {name_of[k]: k for k in keys}, paired, valued)
 
 
 def composite_priors(priors: Priors | None, metrics: list[str]) -> dict[str, PriorVariance]:
