@@ -68,13 +68,13 @@ def _load(file: Path) -> ExperimentSpec:
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="experiment YAML")],
-    launches: Annotated[bool, typer.Option("--plan", help="also print each rank's exact launch and env file")]
-    = False,
+    launches: Annotated[bool, typer.Option("--plan", help="also print the rounds a call needs, and each rank's "
+                                                     "exact launch and env file")] = False,
 ) -> None:
     """Check an experiment file and print its plan; exit 1 with one line per problem."""
     import shlex
 
-    from specwatch.plan import plan, rank_launches
+    from specwatch.plan import PLAN_POWER, plan, rank_launches, rounds_plan
 
     spec = _load(file)
     p = plan(spec)
@@ -85,7 +85,7 @@ def validate(
         table.add_row(a.arm, a.image, a.platform, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
     out.print(table)
     out.print(f"launch order: {' '.join(f'{arm}#{block}' for arm, block in p.order)}"
-              + (f" (then up to {spec.design.max_blocks} blocks per arm while cells are inconclusive)"
+              + (f" (then up to {spec.design.max_blocks} rounds, one at a time while undecided)"
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each"
@@ -98,6 +98,12 @@ def validate(
         out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
                   highlight=False)
     if launches:
+        for need in rounds_plan(spec, p):
+            out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
+                      f"{PLAN_POWER:.0%} power after "
+                      + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
+                         else "more than 10,000 rounds: not reachable")
+                      + f" (paired sd {need.sd:.3f} per round, {need.source})", highlight=False)
         for r in rank_launches(spec, p.platforms):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
                       highlight=False, markup=False, soft_wrap=True)
