@@ -14,7 +14,7 @@ from specwatch.analysis.verdict import Assessment, measured_keys
 from specwatch.records import CellKey, RunResult
 from specwatch.spec import ExperimentSpec
 
-NO_INTERVAL = "n=1: no interval"
+NO_INTERVAL = "no interval yet"
 
 
 @dataclass(frozen=True)
