@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -114,10 +115,15 @@ def test_a_stored_variance_that_agrees_decides_in_two_rounds() -> None:
     assert a.arms[0].decision.variance is not None and a.arms[0].decision.variance.source.startswith("pooled: A/A")
 
 
-def test_alpha_outside_the_open_interval_is_one_line_naming_field_value_and_fix() -> None:
+def test_alpha_outside_the_open_interval_is_one_line_naming_field_value_and_fix(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as err:
         spec(alpha=0.5)
-    assert "design.alpha=0.5: must lie in (0, 0.5); fix: use e.g. 0.05" in str(err.value)
+    assert "alpha=0.5: must lie in (0, 0.5); fix: use e.g. 0.05" in str(err.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({**spec().model_dump(mode="json"), "design": {"blocks": 3, "alpha": 0.0}}))
+    res = CliRunner().invoke(app, ["validate", str(bad)])
+    assert res.exit_code == 1
+    assert "  design: alpha=0.0: must lie in (0, 0.5); fix: use e.g. 0.05" in res.output.splitlines()
 
 
 def test_a_regression_reverts_and_is_a_failed_quality_record() -> None:

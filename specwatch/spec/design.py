@@ -35,7 +35,7 @@ class DesignSpec(Strict):
     @model_validator(mode="after")
     def _coherent(self) -> DesignSpec:
         if not 0 < self.alpha < 0.5:
-            raise ValueError(f"design.alpha={self.alpha!r}: must lie in (0, 0.5); fix: use e.g. 0.05")
+            raise ValueError(f"alpha={self.alpha!r}: must lie in (0, 0.5); fix: use e.g. 0.05")
         if self.max_blocks is not None and self.max_blocks < self.blocks:
             raise ValueError(f"max_blocks {self.max_blocks} < blocks {self.blocks}; set max_blocks >= blocks")
         if self.adaptive and self.max_blocks is None:
