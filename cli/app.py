@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -98,12 +99,15 @@ def validate(
         out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
                   highlight=False)
     if launches:
+        most = spec.design.max_blocks if spec.design.adaptive and spec.design.max_blocks else spec.design.blocks
         for need in rounds_plan(spec, p):
             out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
                       f"{PLAN_POWER:.0%} power after "
                       + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
                          else "more than 10,000 rounds: not reachable")
-                      + f" (paired sd {need.sd:.3f} per round, {need.source})", highlight=False)
+                      + f" (paired sd {need.sd:.3f} per round, {need.source})"
+                      + (f"; this design stops at {most} round(s)" if (need.rounds or math.inf) > most else ""),
+                      highlight=False)
         for r in rank_launches(spec, p.platforms):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
                       highlight=False, markup=False, soft_wrap=True)

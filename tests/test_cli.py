@@ -31,7 +31,8 @@ def test_validate_plan_states_the_rounds_a_call_needs_and_their_minutes() -> Non
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert re.search(r"power: a \+-10% change at every level is called in its direction with 80% power after \d+ "
-                     r"round\(s\), about \d+ min \(paired sd 0\.141 per round, default: CPU-like 0\.141", text)
+                     r"round\(s\), about \d+ min \(paired sd 0\.141 per round, default: CPU-like 0\.141 "
+                     r"\(benchmarks/README\.md section 9\)\); this design stops at 1 round\(s\)", text)
 
 
 def test_rounds_plan_uses_a_stored_variance_where_there_is_one() -> None:
