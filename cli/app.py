@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -69,13 +70,13 @@ def _load(file: Path) -> ExperimentSpec:
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="experiment YAML")],
-    launches: Annotated[bool, typer.Option("--plan", help="also print each rank's exact launch and env file")]
-    = False,
+    launches: Annotated[bool, typer.Option("--plan", help="also print the rounds a call needs, and each rank's "
+                                                     "exact launch and env file")] = False,
 ) -> None:
     """Check an experiment file and print its plan; exit 1 with one line per problem."""
     import shlex
 
-    from specwatch.plan import plan, rank_launches
+    from specwatch.plan import PLAN_POWER, plan, rank_launches, rounds_plan
 
     spec = _load(file)
     p = plan(spec)
@@ -86,7 +87,7 @@ def validate(
         table.add_row(a.arm, a.image, a.platform, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
     out.print(table)
     out.print(f"launch order: {' '.join(f'{arm}#{block}' for arm, block in p.order)}"
-              + (f" (then up to {spec.design.max_blocks} blocks per arm while cells are inconclusive)"
+              + (f" (then up to {spec.design.max_blocks} rounds, one at a time while undecided)"
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each"
@@ -99,6 +100,15 @@ def validate(
         out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
                   highlight=False)
     if launches:
+        most = spec.design.max_blocks if spec.design.adaptive and spec.design.max_blocks else spec.design.blocks
+        for need in rounds_plan(spec, p):
+            out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
+                      f"{PLAN_POWER:.0%} power after "
+                      + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
+                         else "more than 10,000 rounds: not reachable")
+                      + f" (paired sd {need.sd:.3f} per round, {need.source})"
+                      + (f"; this design stops at {most} round(s)" if (need.rounds or math.inf) > most else ""),
+                      highlight=False)
         for r in rank_launches(spec, p.platforms):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
                       highlight=False, markup=False, soft_wrap=True)
@@ -264,6 +274,7 @@ def report(
     from specwatch.resolve import stored_spec
     from specwatch.store import db as database
     from specwatch.store.ingest import load
+    from specwatch.store.priors import RunFacts, priors_for
 
     path = _existing_db(db)
     con = database.connect(path, read_only=True)
@@ -274,7 +285,8 @@ def report(
     finally:
         con.close()
     spec = stored_spec(result.experiment)
-    assessment = assess(result, spec)
+    # the variances stored for this run's key (a calibration since the run may pool in: say so if it differs)
+    assessment = assess(result, spec, priors_for(path, spec, RunFacts.of(result)))
     rows = verdict_rows(result, spec, assessment)
     report_path = write_report(result, spec, assessment, rows, out_dir or paths.runs_dir() / run_id)
     out.print(_verdict_table(f"run {run_id}: {headline(result, assessment)}", rows))

@@ -31,6 +31,7 @@ from specwatch.resolve import resolve
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec, SweepSpec
 from specwatch.store.db import DatabaseError
+from specwatch.store.priors import PriorError, RunFacts, priors_for
 from specwatch.store.rundir import write_raw
 from tasks.arms import launch_arm
 from tasks.checkpoint import prepare_checkpoint
@@ -68,6 +69,9 @@ def measure_guarded(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_p
     except CheckpointError as exc:
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
                           headline="could not run", error=f"checkpoint: {exc}")
+    except PriorError as exc:
+        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
+                          headline="could not run", error=str(exc))
     except ResumeRefused as exc:  # results.json stays as it was
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1,
                           headline="could not resume", error=str(exc))
@@ -119,7 +123,9 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
         ingest_run(result, run_dir, db_path)
         single_boot = spec.design.blocks == 1 and not spec.design.adaptive
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
-        assessment = assess(result, spec)  # the run's one verdict: the checks, the report and the outcome share it
+        # the variances the runner's looks read, so the verdict reads what the last look read
+        priors = priors_for(db_path, spec, RunFacts.of(result))
+        assessment = assess(result, spec, priors)  # the one verdict: the checks, the report and the outcome share it
         result.quality += decision_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
@@ -132,4 +138,4 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     verdict = headline(result, assessment)
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=verdict, reasons=assessment.verdict.run_reasons, rows=rows)
+                      headline=verdict, reasons=assessment.verdict.all_reasons, rows=rows)

@@ -1,14 +1,17 @@
 """What an experiment will do before it runs: per arm, its cells and requests; the launch order;
-a rough wall time. `specwatch validate` prints it.
+a rough wall time; the rounds a call needs (power). `specwatch validate` prints it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from specwatch import ranks as rk
 from specwatch.analysis.blocks import block_order
+from specwatch.analysis.sequential import COMPOSITE, PriorVariance, rounds_needed
+from specwatch.analysis.verdict import declared_levels, sequential_design
 from specwatch.engine.images.registry import backend_for
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import launcher_for
@@ -118,4 +121,57 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: i
             env = redact_env(rank.env if rank else arm.env)
             out.append(RankLaunch(arm.name, rank.index if rank else 0, rank.role if rank else "server",
                                   rank.host if rank else rk.LOCAL, redact_argv(argv), env))
+    return out
+
+
+# The paired per-round sd of the log-ratio where no stored variance exists: benchmarks/README.md section 9's
+# fit. GPU: the H200 runs pooled per concurrency (c=1 0.090, c=16 0.211, c=64 0.372); a level is given the
+# fit of the nearest fitted concurrency at or below it, rate cells the c=16 one (they are not fitted).
+# CPU: the "CPU-like" 0.141 (0.10 per arm per launch, measurement rule 7): no CPU A/B per launch is stored.
+_GPU_SD = ((64, 0.372), (16, 0.211), (1, 0.090))
+_CPU_SD = 0.141
+PLAN_POWER = 0.8
+
+
+@dataclass(frozen=True)
+class RoundsNeeded:
+    """How many rounds a +-`effect` call needs at one load level, and what they cost."""
+
+    level: str
+    effect: float
+    sd: float
+    source: str
+    rounds: int | None  # None: not within 10,000 rounds
+    minutes: float | None
+
+
+def _default_sd(level: str, gpu: bool) -> tuple[float, str]:
+    if not gpu:
+        return _CPU_SD, "default: CPU-like 0.141 (benchmarks/README.md section 9)"
+    c = int(level.removeprefix("c=")) if level.startswith("c=") else 16
+    floor, sd = next((f, v) for f, v in _GPU_SD if c >= f)
+    return sd, f"default: H200 fit at c={floor} (benchmarks/README.md section 9)"
+
+
+def rounds_plan(spec: ExperimentSpec, p: Plan, priors: Mapping[tuple[str, str], PriorVariance] | None = None
+                ) -> list[RoundsNeeded]:
+    """Per declared load level, the rounds after which a true change of twice the band is called in its
+    direction with 80% power, and the minutes that is at the plan's per-round wall time. With a stored
+    variance of the lead metric's composite (keyed (sequential.COMPOSITE, metric)) one line for all levels.
+    The noisiest level sets the run's need: PROMOTE needs every cell shown non-inferior."""
+    design = sequential_design(spec)
+    effect = 2 * design.band
+    per_round_min = p.seconds / p.blocks / 60 if p.blocks else 0.0
+    stored = (priors or {}).get((COMPOSITE, spec.verdict.metrics[0]))
+    gpu = any(pl.name == "gpu" for pl in p.platforms.values())
+    if stored is not None:
+        rows = [("all", stored.sd, f"stored: {stored.source} (df {stored.df})", stored.df)]
+    elif gpu:
+        rows = [(level, *_default_sd(level, gpu), 0) for level in declared_levels(spec)]
+    else:  # one default for every level
+        rows = [("every level", *_default_sd("", gpu), 0)]
+    out = []
+    for level, sd, source, df in rows:
+        n = rounds_needed(sd, design, effect, PLAN_POWER, df)
+        out.append(RoundsNeeded(level, effect, sd, source, n, None if n is None else n * per_round_min))
     return out

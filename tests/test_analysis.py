@@ -24,6 +24,7 @@ from specwatch.analysis.intervals import (
     log_ratio_interval,
     relative_diff_ci,
 )
+from specwatch.analysis.sequential import CellSeries, SequentialDecision, SequentialDesign, decide
 from specwatch.records import CellKey
 
 DOMAIN_K7 = [0.94, 0.86, 0.77, 0.69, 0.61, 0.49, 0.35]
@@ -240,88 +241,71 @@ def _cell(outcome: str, concurrency: int = 1, prompt_class: str = "code", metric
     return cell
 
 
-def test_verdict_promote() -> None:
-    cells = [_cell("gain", 1), _cell("flat", 4), _cell("gain", 8), _cell("regression", 64)]  # c=64 undeclared
-    cells.append(_cell("regression", 1, metric="ttft_ms"))  # other metrics do not vote
-    v = experiment_verdict(cells, [], [], ["c=1", "c=4", "c=8"])
-    assert v.decision == "PROMOTE" and v.needs_more_blocks == []
-    assert any(r.startswith("gain") for r in v.reasons)
+def test_per_cell_outcomes_follow_the_metric_direction() -> None:
+    assert [_cell(o).outcome for o in ("gain", "regression", "flat", "inconclusive")] == \
+        ["gain", "regression", "flat", "inconclusive"]
+    # TTFT 8-20 % higher is worse; TTFT 8-20 % lower is better
+    ttft = CellKey(concurrency=1, prompt_class="code", prompt_tokens=128)
+    assert CellVerdict.from_ci("k7", ttft, "ttft", _ci(0.08, 0.20), 0.05, higher_is_better=False).outcome == \
+        "regression"
+    assert CellVerdict.from_ci("k7", ttft, "ttft", _ci(-0.20, -0.08), 0.05, higher_is_better=False).outcome == "gain"
 
 
-def test_verdict_revert_on_regression() -> None:
-    v = experiment_verdict([_cell("gain", 1), _cell("regression", 4)], [], [], ["c=1", "c=4"])
-    assert v.decision == "REVERT"
-    assert any("regression" in r and "c=4" in r for r in v.reasons)
+def _decided(effect: float, sd: float = 0.005, rounds: int = 3, cells: tuple[str, ...] = ("c=1 code", "c=4 code"),
+             max_rounds: int = 3) -> SequentialDecision:
+    rng = np.random.default_rng(1)
+    series = [CellSeries(c, "decode_tok_s", tuple(math.log1p(effect) + rng.normal(0, sd, rounds))) for c in cells]
+    return decide(series, SequentialDesign(min_rounds=3, max_rounds=max_rounds))
+
+
+GAIN, LOSS, SAME, NOISY = _decided(0.2), _decided(-0.2), _decided(0.0), _decided(0.0, sd=0.3)
+
+
+def test_verdict_promote_when_every_arm_promotes_or_shows_no_change() -> None:
+    assert (GAIN.outcome, SAME.outcome, LOSS.outcome, NOISY.outcome) == \
+        ("PROMOTE", "NO CHANGE", "REVERT", "INCONCLUSIVE")
+    v = experiment_verdict([("k7", GAIN)], [], [], [])
+    assert v.decision == "PROMOTE" and v.reasons == []
+    assert v.arm_reasons[0].startswith("k7: PROMOTE after 3 round(s): decode_tok_s composite +20.")
+    assert experiment_verdict([("k7", GAIN), ("k5", SAME)], [], [], []).decision == "PROMOTE"
+
+
+def test_verdict_revert_on_an_arm_that_reverts() -> None:
+    v = experiment_verdict([("k7", GAIN), ("k5", LOSS)], [], [], [])
+    assert v.decision == "REVERT" and v.arm_reasons[0].startswith("k5: ") and "below -5%" in v.arm_reasons[0]
 
 
 def test_verdict_revert_on_tail_collapse() -> None:
-    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], ["k7"], [], ["c=1", "c=4"])
+    v = experiment_verdict([("k7", GAIN)], ["k7"], [], [])
     assert v.decision == "REVERT" and any("tail collapse" in r for r in v.reasons)
 
 
 def test_verdict_revert_on_correctness_even_when_faster() -> None:
-    v = experiment_verdict([_cell("gain", 1), _cell("gain", 4)], [], ["k7: probe 3 diverges at token 17"],
-                           ["c=1", "c=4"])
+    v = experiment_verdict([("k7", GAIN)], [], ["k7: probe 3 diverges at token 17"], [])
     assert v.decision == "REVERT"
-    assert any("correctness" in r and "despite 2 faster" in r for r in v.reasons)
+    assert v.reasons == ["correctness: greedy output changed: k7: probe 3 diverges at token 17"]
 
 
-def test_verdict_inconclusive_lists_cells() -> None:
-    cells = [_cell("gain", 1), _cell("inconclusive", 4, "prose"), _cell("inconclusive", 8)]
-    v = experiment_verdict(cells, [], [], ["c=1", "c=4", "c=8"])
+def test_verdict_inconclusive_says_how_many_more_rounds() -> None:
+    v = experiment_verdict([("k7", GAIN), ("k5", NOISY)], [], [], [])
     assert v.decision == "INCONCLUSIVE"
-    assert [(c.key.concurrency, c.key.prompt_class) for c in v.needs_more_blocks] == [(4, "prose"), (8, "code")]
+    (reason,) = v.arm_reasons
+    assert reason.startswith("k5: maximum of 3 rounds reached")
+    assert "more round(s) would likely decide" in reason or "band's edge" in reason
+    # a run stopped before its looks ended (interrupted) is undecided too
+    stopped = decide([CellSeries("c=1 code", "decode_tok_s", (0.18, 0.2))], SequentialDesign(max_rounds=6))
+    v = experiment_verdict([("k7", stopped)], [], [], [])
+    assert v.decision == "INCONCLUSIVE" and "stopped after 2 round(s)" in v.arm_reasons[0]
 
 
-def test_verdict_flat_and_missing_cells() -> None:
-    flat = [_cell("flat", 1), _cell("flat", 4)]
-    assert experiment_verdict(flat, [], [], ["c=1", "c=4"]).decision == "INCONCLUSIVE"
-    assert experiment_verdict(flat, [], [], ["c=1", "c=4"], VerdictRule(require_gain=False)).decision == "PROMOTE"
-    # a declared concurrency with no result (rejected cell) blocks PROMOTE
-    v = experiment_verdict([_cell("gain", 1)], [], [], ["c=1", "c=8"])
-    assert v.decision == "INCONCLUSIVE" and any("c=8" in r for r in v.reasons)
-    assert experiment_verdict([], [], [], ["c=1"]).decision == "INCONCLUSIVE"
-
-
-def _metric_cell(outcome_ci: tuple[float, float], metric: str, level: CellKey | None = None) -> CellVerdict:
-    from specwatch.analysis.metrics import METRICS
-
-    key = level or CellKey(concurrency=1, prompt_class="code", prompt_tokens=128)
-    return CellVerdict.from_ci("k7", key, metric, _ci(*outcome_ci), 0.05, METRICS[metric].higher_is_better)
-
-
-FASTER, SLOWER, SAME = (0.08, 0.20), (-0.20, -0.08), (-0.03, 0.03)
-
-
-def test_each_metric_is_judged_with_its_own_direction() -> None:
-    # TTFT 8-20 % higher is worse; TTFT 8-20 % lower is better
-    assert _metric_cell(FASTER, "ttft").outcome == "regression"
-    assert _metric_cell(SLOWER, "ttft").outcome == "gain"
-    assert _metric_cell(FASTER, "aggregate_tok_s").outcome == "gain"
-    rule = VerdictRule(metrics=("decode_tok_s", "ttft"))
-    # decode gains but TTFT regressed: any declared metric regressing reverts
-    v = experiment_verdict([_metric_cell(FASTER, "decode_tok_s"), _metric_cell(FASTER, "ttft")], [], [], [], rule)
-    assert v.decision == "REVERT" and any("ttft" in r and "lower is better" in r for r in v.reasons)
-    # decode gains, TTFT improved: promote
-    v = experiment_verdict([_metric_cell(FASTER, "decode_tok_s"), _metric_cell(SLOWER, "ttft")], [], [], [], rule)
-    assert v.decision == "PROMOTE"
-    # only the second metric gained: the first declared metric must gain
-    v = experiment_verdict([_metric_cell(SAME, "decode_tok_s"), _metric_cell(SLOWER, "ttft")], [], [], [], rule)
-    assert v.decision == "INCONCLUSIVE" and "decode_tok_s" in v.reasons[0]
-    # an undeclared metric never votes
-    v = experiment_verdict([_metric_cell(FASTER, "decode_tok_s"), _metric_cell(SLOWER, "tpot")], [], [], [], rule)
-    assert v.decision == "PROMOTE"
-
-
-def test_rate_cells_count_beside_concurrency_cells() -> None:
-    rate = CellKey(load="rate", rate=2.5, prompt_class="code", prompt_tokens=128)
-    closed = CellKey(concurrency=4, prompt_class="code", prompt_tokens=128)
-    cells = [_metric_cell(FASTER, "decode_tok_s", closed), _metric_cell(SLOWER, "decode_tok_s", rate)]
-    v = experiment_verdict(cells, [], [], ["c=4", "r=2.5/s"])
-    assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.reasons)
-    assert experiment_verdict(cells, [], [], ["c=4"]).decision == "PROMOTE"  # an undeclared rate does not vote
-    v = experiment_verdict(cells[:1], [], [], ["c=4", "r=2.5/s"])
-    assert v.decision == "INCONCLUSIVE" and any("r=2.5/s" in r for r in v.reasons)
+def test_verdict_no_change_missing_levels_and_require_gain() -> None:
+    v = experiment_verdict([("k7", SAME)], [], [], [])
+    assert v.decision == "NO CHANGE" and "inside +-5%" in v.arm_reasons[0]
+    assert experiment_verdict([("k7", SAME)], [], [], [], VerdictRule(require_gain=False)).decision == "PROMOTE"
+    # a declared level with no result (rejected cell) blocks PROMOTE and NO CHANGE
+    v = experiment_verdict([("k7", GAIN)], [], [], ["c=8"])
+    assert v.decision == "INCONCLUSIVE" and v.reasons == ["missing: no result at c=8 (rejected or not run)"]
+    assert experiment_verdict([], [], [], []).decision == "INCONCLUSIVE"
 
 
 def test_verdict_metrics_unknown_name_is_one_line_listing_the_known(tmp_path: Path) -> None:

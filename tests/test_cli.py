@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,29 @@ def test_validate_prints_the_plan() -> None:
     res = runner.invoke(app, ["validate", str(EXAMPLE)])
     assert res.exit_code == 0, res.output
     assert "2 arm(s), 2 server launch(es)" in res.output
+
+
+def test_validate_plan_states_the_rounds_a_call_needs_and_their_minutes() -> None:
+    res = runner.invoke(app, ["validate", "--plan", str(EXAMPLE)])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert re.search(r"power: a \+-10% change at every level is called in its direction with 80% power after \d+ "
+                     r"round\(s\), about \d+ min \(paired sd 0\.141 per round, default: CPU-like 0\.141 "
+                     r"\(benchmarks/README\.md section 9\)\); this design stops at 1 round\(s\)", text)
+
+
+def test_rounds_plan_uses_a_stored_variance_where_there_is_one() -> None:
+    from specwatch.analysis.sequential import COMPOSITE, PriorVariance
+    from specwatch.plan import plan, rounds_plan
+    from specwatch.resolve import load_spec
+
+    spec = load_spec(EXAMPLE)
+    p = plan(spec)
+    (default,) = rounds_plan(spec, p)
+    (stored,) = rounds_plan(spec, p, {(COMPOSITE, "decode_tok_s"): PriorVariance(0.02, 20, "A/A 2026-12-02")})
+    assert stored.source == "stored: A/A 2026-12-02 (df 20)" and stored.level == "all"
+    assert stored.rounds is not None and default.rounds is not None and stored.rounds < 10 < default.rounds
+    assert stored.minutes == pytest.approx(stored.rounds * p.seconds / p.blocks / 60)
 
 
 def test_validate_bad_file_one_line_per_problem_and_no_traceback(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """The experiment runner (specwatch/engine/experiment.py) with fake stages: no Prefect, no server.
 
 What the flows rely on: the counterbalanced launch order, a resume that runs only what is missing, a
-partial run kept on an interrupt, the adaptive looks adding blocks, and a failure's record on disk.
+partial run kept on an interrupt, the looks adding rounds while undecided, and a failure's record on disk.
 """
 
 from __future__ import annotations
@@ -140,21 +140,27 @@ def test_an_interrupt_keeps_the_partial_run_on_disk_and_in_the_database(tmp_path
     assert q(tmp_path / "h.duckdb", "select partial, interrupted from runs") == [(True, "KeyboardInterrupt")]
 
 
-def test_the_adaptive_looks_add_blocks_while_an_interval_straddles_the_band(tmp_path: Path,
-                                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_the_adaptive_looks_add_rounds_while_the_sequential_decision_is_undecided(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, LOG.name)
     spec = make_spec(tmp_path, {"blocks": 3, "max_blocks": 5, "adaptive": True})
     noisy = FakeLaunch(decode_s={"k3": [0.7, 1.4, 0.8, 1.3, 0.75]})
     run(spec, tmp_path / "noisy", noisy)
     # blocks 4 and 5 added one look at a time, each in the counterbalanced order of the longer design
     assert noisy.calls == block_order(["k2", "k3"], 5)
-    assert "adaptive stopping after 4 block(s) per arm: 1 cell(s) straddle" in caplog.text
-    assert "adaptive stopping after 5 block(s) per arm: maximum of 5 blocks reached" in caplog.text
+    assert "look after 3 round(s), k3: CONTINUE: decode_tok_s composite" in caplog.text
+    assert "look after 4 round(s), k3: CONTINUE" in caplog.text
+    assert "look after 5 round(s), k3: INCONCLUSIVE: maximum of 5 rounds reached" in caplog.text
 
     clear = FakeLaunch(decode_s={"k3": [0.50, 0.51, 0.49]})
     run(spec, tmp_path / "clear", clear)
-    assert len(clear.calls) == 6
-    assert "adaptive stopping after 3 block(s) per arm: every cell cleared" in caplog.text
+    assert len(clear.calls) == 6  # decided at the minimum: no round added
+    assert "look after 3 round(s), k3: PROMOTE" in caplog.text
+
+    # without `adaptive`, max_blocks adds nothing: exactly `blocks` rounds
+    fixed = FakeLaunch(decode_s={"k3": [0.7, 1.4, 0.8, 1.3, 0.75]})
+    run(make_spec(tmp_path, {"blocks": 3, "max_blocks": 5}), tmp_path / "fixed", fixed)
+    assert len(fixed.calls) == 6
 
 
 def test_a_failed_image_build_fails_its_arms_not_the_run(tmp_path: Path) -> None:

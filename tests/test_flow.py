@@ -41,7 +41,8 @@ def planted(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
 
 def test_planted_slowdown_is_flagged_in_every_cell(planted) -> None:
     outcome, db = planted
-    # one block per arm: no interval exists, the single-boot band check flags it and the verdict waits for blocks
+    # one round: no interval exists without a stored variance, the single-boot band check flags it and the
+    # sequential decision ends INCONCLUSIVE at its maximum of one round
     assert outcome.exit_code == 3 and outcome.headline == "INCONCLUSIVE; a regression flagged"
     flagged = q(db, "select arm, concurrency, prompt_class, value / baseline_value - 1 from quality_results "
                     "where check_name = 'regression.decode_tok_s' and not passed order by concurrency, prompt_class")
@@ -82,19 +83,20 @@ def planted_blocks(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
     return outcome, db
 
 
-def test_restart_blocks_alternate_and_the_ci_verdict_reverts(planted_blocks) -> None:
+def test_restart_blocks_alternate_and_the_sequential_verdict_reverts(planted_blocks) -> None:
     outcome, db = planted_blocks
     launches = q(db, "select arm, block from arms order by started_at")
     assert launches == [("base", 1), ("cand", 1), ("cand", 2), ("base", 2), ("cand", 3), ("base", 3)]
     (row,) = q(db, "select passed, value, detail from quality_results where check_name = 'regression.ci.decode_tok_s'")
-    assert row[0] is False and -0.5 < row[1] < -0.25 and "over 3 block pair(s)" in row[2]
+    assert row[0] is False and -0.5 < row[1] < -0.25 and "over 3 round(s)" in row[2]
     # with blocks, the interval replaces the single-boot band check
     assert q(db, "select count(*) from quality_results where check_name = 'regression.decode_tok_s'") == [(0,)]
     assert q(db, "select count(*) from quality_results where check_name = 'correctness.greedy_match'") == [(0,)]
     assert outcome.exit_code == 3 and outcome.headline.startswith("REVERT")
-    # the cell's verdict is its table row; the CLI prints no second copy of it under the table
+    # the cell's outcome is its table row; the reasons are the arm's sequential decision
     assert [r.verdict for r in outcome.rows if r.arm == "cand"] == ["regression"]
-    assert not any("cand c=1 code" in r for r in outcome.reasons)
+    (reason,) = outcome.reasons
+    assert reason.startswith("cand: decode_tok_s composite -") and "below -5%" in reason
     report = (outcome.run_dir / "report.md").read_text()
-    assert "regression: cand c=1 code decode_tok_s" in report
+    assert "`cand` vs `base`: **REVERT**" in report and "rounds: 3; fixed design: 3 round(s), one look" in report
     assert "![acceptance_per_position.png]" in report and (outcome.run_dir / "decode_vs_concurrency.png").stat().st_size

@@ -146,9 +146,15 @@ def blocks(rate_speedup: float) -> RunResult:
 def test_the_verdict_judges_rate_cells_beside_concurrency_cells() -> None:
     assert assess(blocks(1.1), spec()).verdict.decision == "PROMOTE"
     v = assess(blocks(0.8), spec()).verdict  # slower under open-loop load only
-    assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.reasons)
-    # declared concurrency levels only: the rate cell is not counted
-    assert assess(blocks(0.8), spec(request_rates=[])).verdict.decision == "PROMOTE"
+    assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.arm_reasons)
+    # declared concurrency levels only: the rate cell is not counted, and its row says so
+    result, closed_only = blocks(0.8), spec(request_rates=[])
+    a = assess(result, closed_only)
+    assert a.verdict.decision == "PROMOTE"
+    from specwatch.report.rows import verdict_rows
+
+    rows = verdict_rows(result, closed_only, a)
+    assert {r.verdict for r in rows if r.arm == "k5" and r.key.load == "rate"} == {"not judged"}
 
 
 def test_the_verdict_metrics_come_from_the_spec() -> None:

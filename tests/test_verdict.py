@@ -1,16 +1,21 @@
-"""The decision from blocks, on synthetic runs with known answers (no server)."""
+"""The decision from rounds, on synthetic runs with known answers (no server)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from cli.app import app
-from specwatch.analysis.verdict import assess, decision_records, first_divergence
+from specwatch.analysis.sequential import COMPOSITE, PriorVariance
+from specwatch.analysis.verdict import Assessment, assess, decision_records, first_divergence
 from specwatch.records import RunResult
+from specwatch.report import markdown
+from specwatch.report.rows import verdict_rows
 from specwatch.spec import ExperimentSpec
 from specwatch.store.ingest import ingest
 from specwatch_testing import records as rf
@@ -29,11 +34,11 @@ def spec(**design: object) -> ExperimentSpec:
 
 
 def blocks_run(cand_speedup: float, cand_curve: list[float], noise: float = 0.01,
-               probes: tuple[list[int], list[int]] = ([1, 2, 3], [1, 2, 3])) -> RunResult:
-    """Three blocks per arm; the candidate decodes `cand_speedup` times faster."""
+               probes: tuple[list[int], list[int]] = ([1, 2, 3], [1, 2, 3]), rounds: int = 3) -> RunResult:
+    """`rounds` launches per arm; the candidate decodes `cand_speedup` times faster."""
     rng = np.random.default_rng(0)
     arms = []
-    for block in (1, 2, 3):
+    for block in range(1, rounds + 1):
         for name, k, speed, curve, probe in (("k3", 3, 1.0, [80.0, 60.0, 40.0], probes[0]),
                                              ("k5", 5, cand_speedup, cand_curve, probes[1])):
             arm = rf.arm(name, k, 1.0 / (speed * (1 + rng.normal(0, noise))), curve)
@@ -43,11 +48,17 @@ def blocks_run(cand_speedup: float, cand_curve: list[float], noise: float = 0.01
     return result
 
 
+def render_markdown(result: RunResult, a: Assessment) -> str:
+    return markdown.render_markdown(result, spec(), a, verdict_rows(result, spec(), a), [])
+
+
 def test_a_clear_gain_with_a_healthy_tail_promotes() -> None:
     a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
     assert a.verdict.decision == "PROMOTE"
     assert {c.outcome for c in a.cells} == {"gain"} and len(a.cells) == 4
     assert all(c.ci.n_pairs == 3 and 0.15 < c.ci.estimate < 0.25 for c in a.cells)
+    (arm,) = a.arms
+    assert arm.decision.outcome == "PROMOTE" and arm.decision.rounds == 3
     assert [c.k for c in a.curves] == [3, 5] and a.curves[1].per_position[-1] == pytest.approx(0.35)
 
 
@@ -67,10 +78,52 @@ def test_changed_greedy_output_reverts_with_the_first_diverging_token() -> None:
     assert first_divergence([1, 2], [1, 2, 3]) == 2 and first_divergence([1], [1]) is None
 
 
-def test_noise_within_the_band_is_inconclusive_with_three_blocks() -> None:
+def test_noise_wider_than_the_band_is_inconclusive_with_how_many_more_rounds() -> None:
     a = assess(blocks_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.08), spec())
     assert a.verdict.decision == "INCONCLUSIVE"
-    assert a.verdict.needs_more_blocks  # the cells that straddle the band are listed
+    (arm,) = a.arms
+    assert arm.decision.outcome == "INCONCLUSIVE" and arm.decision.rounds == 3
+    (reason,) = a.verdict.arm_reasons
+    assert reason.startswith("k5: maximum of 3 rounds reached")
+    assert "more round(s) would likely decide" in reason or "band's edge" in reason
+
+
+def test_no_effect_with_low_noise_is_no_change_and_the_report_says_how_it_was_decided() -> None:
+    result = blocks_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.002)
+    a = assess(result, spec())
+    assert a.verdict.decision == "NO CHANGE"
+    assert {c.outcome for c in a.cells} == {"flat"}
+    interval = a.arms[0].decision.composite.interval
+    assert interval is not None and -0.05 < interval.low < interval.high < 0.05
+    text = render_markdown(result, a)
+    assert "**NO CHANGE**" in text
+    assert "`k5` vs `k3`: **NO CHANGE**" in text and "group-sequential paired t over rounds" in text
+    assert "rounds: 3; fixed design: 3 round(s), one look" in text
+    assert "source: this run (sd" in text
+    assert "12 of 12 cell-round(s) from requests paired by index" in text
+
+
+def test_a_stored_variance_that_agrees_decides_in_two_rounds() -> None:
+    two = spec(blocks=2)
+    prior = PriorVariance(0.01, 20, "A/A 2026-12-01 cpu")
+    cells = {(c.key.id, "decode_tok_s") for a in blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]).arms for c in a.cells}
+    priors = {key: prior for key in cells} | {(COMPOSITE, "decode_tok_s"): prior}
+    result = blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0], rounds=2)
+    assert assess(result, two).verdict.decision == "INCONCLUSIVE"  # two rounds of its own: no interval
+    a = assess(result, two, priors)
+    assert a.verdict.decision == "PROMOTE"
+    assert a.arms[0].decision.variance is not None and a.arms[0].decision.variance.source.startswith("pooled: A/A")
+
+
+def test_alpha_outside_the_open_interval_is_one_line_naming_field_value_and_fix(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError) as err:
+        spec(alpha=0.5)
+    assert "alpha=0.5: must lie in (0, 0.5); fix: use e.g. 0.05" in str(err.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(json.dumps({**spec().model_dump(mode="json"), "design": {"blocks": 3, "alpha": 0.0}}))
+    res = CliRunner().invoke(app, ["validate", str(bad)])
+    assert res.exit_code == 1
+    assert "  design: alpha=0.0: must lie in (0, 0.5); fix: use e.g. 0.05" in res.output.splitlines()
 
 
 def test_a_regression_reverts_and_is_a_failed_quality_record() -> None:

@@ -1,5 +1,5 @@
-"""Per-cell outcomes (gain, regression, flat, inconclusive) and the PROMOTE / REVERT /
-INCONCLUSIVE rule of an experiment.
+"""Per-cell outcomes (gain, regression, flat, inconclusive) for the per-cell table, and the experiment's
+PROMOTE / REVERT / NO CHANGE / INCONCLUSIVE from the arms' sequential decisions.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Literal
 
 from specwatch.analysis.acceptance import tail_collapsed
 from specwatch.analysis.intervals import DiffCI
+from specwatch.analysis.sequential import SequentialDecision
 from specwatch.records import CellKey
 
 Outcome = Literal["gain", "regression", "flat", "inconclusive"]
-Decision = Literal["PROMOTE", "REVERT", "INCONCLUSIVE"]
+Decision = Literal["PROMOTE", "REVERT", "NO CHANGE", "INCONCLUSIVE"]
 OUTCOMES: tuple[Outcome, ...] = ("gain", "regression", "flat", "inconclusive")
 
 
@@ -61,88 +62,66 @@ class CellVerdict:
 
 @dataclass(frozen=True)
 class VerdictRule:
-    """The experiment rule. Defaults follow the seed proposal: promote only on a real gain with a
-    healthy acceptance tail. `band` is the noise band cells are classified with (DOMAIN: +-5 % is
-    flat in practice; a team that keeps changes only at >= +8 % sets band=0.08)."""
+    """The experiment rule beside the sequential decision (analysis/sequential.py): the acceptance tail
+    a speculative arm must keep, and whether PROMOTE needs a gain (False: an arm shown equivalent,
+    NO CHANGE, is promoted too)."""
 
-    band: float = 0.05
     tail_floor: float = 0.2
     require_gain: bool = True
-    metrics: tuple[str, ...] = ("decode_tok_s",)  # each judged on its own; the first is the one that must gain
 
     def tail_collapsed(self, per_position: Sequence[float]) -> bool:
         return tail_collapsed(per_position, self.tail_floor)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
     decision: Decision
-    reasons: list[str]  # the run's reasons first, then one per deciding cell
-    needs_more_blocks: list[CellVerdict] = field(default_factory=list)
-    cell_reasons: int = 0  # how many of `reasons` (at the end) are about single cells
+    reasons: list[str]  # the run's own (correctness, tail collapse, missing levels)
+    arm_reasons: list[str] = field(default_factory=list)  # per candidate arm, what its decision says
 
     @property
-    def run_reasons(self) -> list[str]:
-        """What a per-cell verdict table does not already show."""
-        return self.reasons[: len(self.reasons) - self.cell_reasons]
+    def all_reasons(self) -> list[str]:
+        return self.reasons + self.arm_reasons
 
 
 def experiment_verdict(
-    cells: Sequence[CellVerdict],
+    arms: Sequence[tuple[str, SequentialDecision]],
     tail_collapsed_arms: Sequence[str],
     correctness_failures: Sequence[str],
-    declared_levels: Sequence[str],
+    missing_levels: Sequence[str],
     rule: VerdictRule = VerdictRule(),
 ) -> Verdict:
-    """PROMOTE / REVERT / INCONCLUSIVE from classified cells.
+    """PROMOTE / REVERT / NO CHANGE / INCONCLUSIVE from each candidate arm's sequential decision.
 
-    Only cells of rule.metrics at the declared load levels (CellKey.level: `c=4`, `r=2.5/s`; all
-    levels present if none are declared) count; each metric is judged on its own, with its
-    direction. REVERT: any correctness failure (greedy output changed: a faster build that changes
-    outputs is a bug, not a win), any tail collapse, any regressing cell of any declared metric.
-    PROMOTE: every counted cell gain or flat, at least one gain of the first declared metric (if
-    rule.require_gain), every declared level measured. Otherwise INCONCLUSIVE, with the straddling
-    cells listed.
+    REVERT: any correctness failure (greedy output changed: a faster build that changes outputs is a
+    bug, not a win), any tail collapse, any arm whose decision is REVERT. INCONCLUSIVE: a declared load
+    level without a result, or an arm not decided (INCONCLUSIVE at its maximum, or CONTINUE: the run
+    stopped before its looks ended). NO CHANGE: every arm shown equivalent within the band (PROMOTE
+    when rule.require_gain is off). PROMOTE: every arm PROMOTE or NO CHANGE, at least one PROMOTE.
     """
-    lead = rule.metrics[0]
-    declared = set(declared_levels) or {c.key.level for c in cells if c.metric in rule.metrics}
-    counted = [c for c in cells if c.metric in rule.metrics and c.key.level in declared]
-    gains = [c for c in counted if c.outcome == "gain" and c.metric == lead]
-    regressions = [c for c in counted if c.outcome == "regression"]
-    unsure = [c for c in counted if c.outcome == "inconclusive"]
-    missing = sorted(declared - {c.key.level for c in counted if c.metric == lead})
-
-    reasons: list[str] = []
-    for failure in correctness_failures:
-        speed = f" (despite {len(gains)} faster cell(s))" if gains else ""
-        reasons.append(f"correctness: greedy output changed: {failure}{speed}")
-    for arm in tail_collapsed_arms:
-        reasons.append(f"tail collapse: {arm} last-position acceptance below {rule.tail_floor:g}")
-    cell_reasons = [f"regression: {c.label} {_fmt_ci(c.ci)} {_worse_side(c, rule.band)}" for c in regressions]
-    if reasons or cell_reasons:
-        return Verdict("REVERT", reasons + cell_reasons, cell_reasons=len(cell_reasons))
-
-    if not counted:
-        return Verdict("INCONCLUSIVE", [f"no {lead} cells at the declared load levels"])
-    reasons = [f"missing: no {lead} result at {level} (rejected or not run)" for level in missing]
-    cell_reasons = [f"inconclusive: {c.label} {_fmt_ci(c.ci)} straddles +-{rule.band:.0%}" for c in unsure]
-    if reasons or cell_reasons:
-        return Verdict("INCONCLUSIVE", reasons + cell_reasons, unsure, len(cell_reasons))
-    if rule.require_gain and not gains:
-        return Verdict("INCONCLUSIVE", [f"no {lead} cell gained beyond +-{rule.band:.0%} (the others flat or "
-                                        "better); the rule requires a gain"])
-    cell_reasons = [f"gain: {c.label} {_fmt_ci(c.ci)}" for c in counted if c.outcome == "gain"]
-    cell_reasons += [f"flat: {c.label} {_fmt_ci(c.ci)}" for c in counted if c.outcome == "flat"]
-    return Verdict("PROMOTE", cell_reasons, cell_reasons=len(cell_reasons))
+    reasons = [f"correctness: greedy output changed: {failure}" for failure in correctness_failures]
+    reasons += [f"tail collapse: {arm} last-position acceptance below {rule.tail_floor:g}"
+                for arm in tail_collapsed_arms]
+    reverted = [f"{arm}: {d.reason}" for arm, d in arms if d.outcome == "REVERT"]
+    if reasons or reverted:
+        return Verdict("REVERT", reasons, reverted)
+    if not arms:
+        return Verdict("INCONCLUSIVE", ["no candidate cells at the declared load levels"])
+    missing = [f"missing: no result at {level} (rejected or not run)" for level in missing_levels]
+    undecided = [f"{arm}: {_undecided(d)}" for arm, d in arms if d.outcome in ("INCONCLUSIVE", "CONTINUE")]
+    if missing or undecided:
+        return Verdict("INCONCLUSIVE", missing, undecided)
+    decided = [f"{arm}: {d.outcome} after {d.rounds} round(s): {d.reason}" for arm, d in arms]
+    if all(d.outcome == "NO CHANGE" for _, d in arms):
+        if rule.require_gain:
+            return Verdict("NO CHANGE", [], decided)
+        return Verdict("PROMOTE", ["equivalent within the band; the rule does not require a gain"], decided)
+    return Verdict("PROMOTE", [], decided)
 
 
-def _worse_side(c: CellVerdict, band: float) -> str:
-    return f"below -{band:.0%}" if c.higher_is_better else f"above +{band:.0%} (lower is better)"
-
-
-def _fmt_ci(ci: DiffCI | None) -> str:
-    if ci is None:
-        return "(no pairs)"
-    if ci.n_pairs < 2:
-        return f"{ci.estimate:+.1%} (n=1: no interval)"
-    return f"{ci.estimate:+.1%} [{ci.low:+.1%}, {ci.high:+.1%}] n={ci.n_pairs}"
+def _undecided(d: SequentialDecision) -> str:
+    if d.outcome == "CONTINUE":
+        return f"the run stopped after {d.rounds} round(s), before the looks decided: {d.reason}"
+    more = f"; about {d.more_rounds} more round(s) would likely decide" if d.more_rounds else \
+        "; more rounds are unlikely to decide at this estimate (it sits on the band's edge)"
+    return d.reason + more

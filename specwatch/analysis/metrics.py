@@ -23,7 +23,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # at run time the catalogue imports nothing of specwatch: spec validation imports it
-    from specwatch.records import CellResult
+    from specwatch.records import CellResult, RequestSample
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ class Metric:
     # `specwatch history` follows the metric along each series (latest value, change points), naming
     # it so; the first such metric is the series' headline (trend per run, plot).
     trend: str | None = None
+    # The same figure per request, where a request has one: the sequential verdict pairs the arms'
+    # requests by index within a round (analysis/pairing.py). None: only the cell figure exists.
+    request: Callable[[RequestSample], float | None] | None = None
 
     def value(self, cell: CellResult) -> float | None:
         value = self.compute(cell)
@@ -83,12 +86,13 @@ _E2E = ReportColumn("E2E p50/p99 ms", ".0f")
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("decode_tok_s", "decode_tok_s_median", True, "tok/s", "decode tok/s", ".1f", _field("decode_tok_s_median"),
-           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode"),
+           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode", request=attrgetter("decode_tok_s")),
     Metric("aggregate_tok_s", "aggregate_tok_s", True, "tok/s", "aggregate tok/s", ".1f", _field("aggregate_tok_s"),
            judged=True),
     Metric("ttft", "ttft_s_median", False, "s", "TTFT s", ".3f", _field("ttft_s_median"), judged=True,
-           check=DeltaCheck("ttft_s", in_run=False)),
-    Metric("tpot", "tpot_ms_median", False, "ms", "TPOT ms", ".2f", _field("tpot_ms_median"), judged=True),
+           check=DeltaCheck("ttft_s", in_run=False), request=attrgetter("ttft_s")),
+    Metric("tpot", "tpot_ms_median", False, "ms", "TPOT ms", ".2f", _field("tpot_ms_median"), judged=True,
+           request=attrgetter("tpot_ms")),
     Metric("ttft_ms_p50", "ttft_ms_p50", False, "ms", "TTFT p50 ms", ".1f", _field("ttft_ms_p50"), report=_TTFT),
     Metric("ttft_ms_p99", "ttft_ms_p99", False, "ms", "TTFT p99 ms", ".1f", _field("ttft_ms_p99"), judged=True,
            check=_LATENCY_P99, report=_TTFT),

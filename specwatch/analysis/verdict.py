@@ -1,5 +1,6 @@
-"""From a run's blocks to a decision a team can act on: per-cell CIs, acceptance curves,
-the greedy-output correctness gate, the cost model and the PROMOTE/REVERT/INCONCLUSIVE rule.
+"""From a run's rounds to a decision a team can act on: the sequential decision per candidate arm
+(analysis/sequential.py over analysis/pairing.py), its per-cell intervals, acceptance curves, the
+greedy-output correctness gate, the cost model and the PROMOTE/REVERT/NO CHANGE/INCONCLUSIVE rule.
 
 Pure: it reads a RunResult (from results.json or rebuilt from DuckDB) and the spec, so
 `specwatch report` recomputes exactly what the flow decided.
@@ -8,24 +9,56 @@ Pure: it reads a RunResult (from results.json or rebuilt from DuckDB) and the sp
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import median
 
 from specwatch.analysis.acceptance import decay, tail_collapsed
 from specwatch.analysis.cost import CostPrediction, fit_step_time, predict_k, prediction_error, step_time_from
 from specwatch.analysis.decision import CellVerdict, Verdict, VerdictRule, experiment_verdict
-from specwatch.analysis.intervals import relative_diff_ci
+from specwatch.analysis.intervals import DiffCI
 from specwatch.analysis.metrics import METRICS
+from specwatch.analysis.pairing import Comparison, Priors, compare, composite_priors
+from specwatch.analysis.sequential import COMPOSITE, SequentialDecision, SequentialDesign, decide, look_alpha
 from specwatch.records import ArmResult, CellKey, QualityRecord, RunResult, load_level
 from specwatch.spec import ExperimentSpec
 
-# Adaptive stopping looks at the data after every block: each look uses a stricter interval so
-# the whole design keeps the error rate of a fixed one (calibrated in benchmarks/adaptive_stopping.py).
-ADAPTIVE_CONFIDENCE = 0.99
+
+def sequential_design(spec: ExperimentSpec) -> SequentialDesign:
+    """The spec's looks: from `blocks` rounds to `max_blocks` when adaptive, else exactly `blocks` (one
+    look, spending the whole alpha)."""
+    d = spec.design
+    top = d.max_blocks if d.adaptive and d.max_blocks else d.blocks
+    return SequentialDesign(alpha=d.alpha, band=spec.thresholds.noise_band, min_rounds=d.blocks, max_rounds=top)
 
 
-def confidence_for(spec: ExperimentSpec) -> float:
-    return ADAPTIVE_CONFIDENCE if spec.design.adaptive else 0.95
+@dataclass(frozen=True)
+class ArmDecision:
+    """One non-baseline arm against the baseline: its rounds and what they decided."""
+
+    comparison: Comparison
+    decision: SequentialDecision
+
+    @property
+    def arm(self) -> str:
+        return self.comparison.arm
+
+
+def decisions(result: RunResult, spec: ExperimentSpec, priors: Priors | None = None) -> list[ArmDecision]:
+    """Every non-baseline arm's sequential decision over the rounds run so far (the look the runner
+    takes between rounds, and the verdict after the last). An arm without a judged cell has none."""
+    design = sequential_design(spec)
+    metrics = list(spec.verdict.metrics)
+    out = []
+    for arm in spec.arms:
+        if arm.name == spec.baseline:
+            continue
+        comp = compare(result, spec.baseline, arm.name, metrics, declared_levels(spec), priors)
+        if not comp.series:
+            continue
+        # a run never has more rounds than its design allows; a stored run whose spec was edited might
+        series = [replace(s, values=s.values[:design.max_rounds]) for s in comp.series]
+        out.append(ArmDecision(comp, decide(series, design, composite_priors(priors, metrics), metrics[0])))
+    return out
 
 
 @dataclass(frozen=True)
@@ -58,6 +91,8 @@ class CostRow:
 class Assessment:
     cells: list[CellVerdict]
     verdict: Verdict
+    arms: list[ArmDecision]
+    design: SequentialDesign
     curves: list[ArmCurve]
     divergences: list[Divergence]
     compared_probes: int
@@ -70,38 +105,35 @@ def _ok_blocks(result: RunResult, arm: str) -> list[ArmResult]:
     return sorted((a for a in result.arms if a.name == arm and a.status == "ok"), key=lambda a: a.block)
 
 
-def _block_values(blocks: list[ArmResult], key: CellKey, metric: str = "decode_tok_s") -> dict[int, float]:
-    """The replicate: the metric's cell figure per launch; rejected cells are missing, never zero
-    (nor is a figure of zero: the comparison is on log ratios)."""
-    out = {}
-    for arm in blocks:
-        for cell in arm.cells:
-            if cell.key == key and not cell.rejected and (value := METRICS[metric].value(cell)):
-                out[arm.block] = value
-    return out
-
-
 def measured_keys(blocks: list[ArmResult]) -> list[CellKey]:
     """The cells these launches measured, in report order."""
     return sorted({c.key for b in blocks for c in b.cells}, key=CellKey.sort_key)
 
 
-def compare_cells(result: RunResult, spec: ExperimentSpec, confidence: float = 0.95) -> list[CellVerdict]:
-    base = _ok_blocks(result, spec.baseline)
-    band = spec.thresholds.noise_band
-    verdicts = []
-    for arm in spec.arms:
-        if arm.name == spec.baseline:
-            continue
-        cand = _ok_blocks(result, arm.name)
-        for key in measured_keys(base + cand):
-            for metric in spec.verdict.metrics:
-                b, c = _block_values(base, key, metric), _block_values(cand, key, metric)
-                # pair the i-th launch of each arm: adjacent in the counterbalanced order
-                pairs = sorted(b.keys() & c.keys())
-                ci = relative_diff_ci([b[i] for i in pairs], [c[i] for i in pairs], confidence)
-                verdicts.append(CellVerdict.from_ci(arm.name, key, metric, ci, band, METRICS[metric].higher_is_better))
-    return verdicts
+def cell_verdicts(arms: list[ArmDecision], design: SequentialDesign) -> list[CellVerdict]:
+    """The per-cell table's outcomes: each cell's interval at the deciding look (the same intervals the
+    decision read), turned back into the metric's own direction and classified against the band."""
+    out = []
+    for ad in arms:
+        d = ad.decision
+        confidence = 1 - 2 * look_alpha(design, d.rounds)
+        for u in d.cells:
+            if u.cell == COMPOSITE:
+                continue
+            better = METRICS[u.metric].higher_is_better
+            ci = None
+            if u.interval is not None:
+                i = u.interval
+                # + is better in the decision; a lower-is-better metric's change is the inverse ratio
+                est, lo, hi = (i.estimate, i.low, i.high) if better else \
+                    (1 / (1 + i.estimate) - 1, 1 / (1 + i.high) - 1, _inverse(i.low))
+                ci = DiffCI(est, lo, hi, u.rounds, "sequential", confidence)
+            out.append(CellVerdict.from_ci(ad.arm, ad.comparison.keys[u.cell], u.metric, ci, design.band, better))
+    return out
+
+
+def _inverse(low: float) -> float:
+    return math.inf if low <= -1 else 1 / (1 + low) - 1
 
 
 def declared_levels(spec: ExperimentSpec) -> list[str]:
@@ -204,22 +236,28 @@ def cost_model(result: RunResult, spec: ExperimentSpec, curves: list[ArmCurve]
     return preds, rows
 
 
-def assess(result: RunResult, spec: ExperimentSpec) -> Assessment:
-    cells = compare_cells(result, spec, confidence_for(spec))
+def assess(result: RunResult, spec: ExperimentSpec, priors: Priors | None = None) -> Assessment:
+    """The run's verdict. `priors`: stored per-round variances keyed (cell id or sequential.COMPOSITE,
+    metric), e.g. from an A/A calibration; the decision pools each in only where the run agrees."""
+    design = sequential_design(spec)
+    arms = decisions(result, spec, priors)
     curves = acceptance_curves(result, spec)
     divergences, compared = correctness(result, spec)
-    rule = VerdictRule(band=spec.thresholds.noise_band, tail_floor=spec.verdict.tail_floor,
-                       require_gain=spec.verdict.require_gain, metrics=tuple(spec.verdict.metrics))
+    rule = VerdictRule(tail_floor=spec.verdict.tail_floor, require_gain=spec.verdict.require_gain)
     failures = [f"{d.arm} vs {d.reference}: probe {d.probe} differs from token {d.position}" for d in divergences]
     # The no-spec control is reported beside the spec arms; being slower is its job, not a regression.
     controls = control_arms(spec)
-    verdict = experiment_verdict(
-        [c for c in cells if c.arm not in controls], [c.arm for c in curves if c.tail_collapsed], failures,
-        declared_levels(spec), rule,
-    )
+    judged = [ad for ad in arms if ad.arm not in controls]
+    lead = spec.verdict.metrics[0]
+    measured = {ad.comparison.keys[s.cell].level for ad in judged for s in ad.comparison.series
+                if s.metric == lead and any(math.isfinite(v) for v in s.values)}
+    missing = sorted(set(declared_levels(spec)) - measured) if judged else []
+    verdict = experiment_verdict([(ad.arm, ad.decision) for ad in judged], [c.arm for c in curves if c.tail_collapsed],
+                                 failures, missing, rule)
     cost, rows = cost_model(result, spec, curves)
     blocks = {a.name: len(_ok_blocks(result, a.name)) for a in spec.arms}
-    return Assessment(cells, verdict, curves, divergences, compared, cost, rows, blocks)
+    return Assessment(cell_verdicts(arms, design), verdict, arms, design, curves, divergences, compared, cost, rows,
+                      blocks)
 
 
 def control_arms(spec: ExperimentSpec) -> set[str]:
@@ -239,9 +277,9 @@ def decision_records(assessment: Assessment, spec: ExperimentSpec) -> list[Quali
             check=f"control.ci.{cv.metric}" if control else f"regression.ci.{cv.metric}", metric=cv.metric,
             value=ci.estimate if ci else None, threshold=band,
             passed=control or cv.outcome != "regression", severity="regression",
-            detail=f"{cv.outcome}: " + (f"{ci.estimate:+.1%} [{ci.low:+.1%}, {ci.high:+.1%}] over {ci.n_pairs} block "
-                                        "pair(s)" if ci is not None and math.isfinite(ci.high)
-                                        else "too few block pairs for an interval"),
+            detail=f"{cv.outcome}: " + (f"{ci.estimate:+.1%} [{ci.low:+.1%}, {ci.high:+.1%}] over {ci.n_pairs} "
+                                        "round(s)" if ci is not None and math.isfinite(ci.high)
+                                        else "too few rounds for an interval"),
         ))
     for curve in assessment.curves:
         out.append(QualityRecord(

@@ -1,5 +1,5 @@
 """The experiment runner: images, checkpoint, then every launch in counterbalanced block order, with
-the looks between blocks (adaptive stopping), resume and partial runs.
+the looks between rounds (the sequential decision, while undecided), resume and partial runs.
 
 No Prefect here: what is Prefect-bound (the stages as tasks, the run logger, the cluster lock) comes
 in as `Hooks`, the way `run_arm` takes its cell `runner=`. The flows decide order and what a failure
@@ -19,9 +19,9 @@ from typing import Protocol
 
 import specwatch
 from specwatch import ranks
-from specwatch.analysis.adaptive import adaptive_decision
 from specwatch.analysis.blocks import block_order
-from specwatch.analysis.verdict import compare_cells, confidence_for
+from specwatch.analysis.pairing import Priors
+from specwatch.analysis.verdict import decisions
 from specwatch.bench.runner import CellCallback
 from specwatch.engine import orphans
 from specwatch.engine.checkpoint import CheckpointError, PythonRunner
@@ -34,6 +34,7 @@ from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, 
 from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, ModelSpec, SweepSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.ingest import ingest
+from specwatch.store.priors import PriorError, RunFacts, priors_for
 from specwatch.store.rundir import read_raw, resume_conflicts, write_raw
 
 UNFINISHED = "unfinished: the flow stopped during this launch"
@@ -106,7 +107,10 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
     """Every launch of the run into `result` (and results.json), under the cluster lock and the run's lock.
 
     `sweep`: each launch measures the context-length sweep instead of the workload's cells (flows/sweep.py).
-    Raises CheckpointError (the record so far is written) and ResumeRefused (results.json stays as it was).
+    The looks between rounds may pool in the variances stored for this run's key in `db_path`
+    (store/priors.py: an A/A calibration of the same platform, hardware, image and model).
+    Raises CheckpointError or PriorError (the record so far is written) and ResumeRefused (results.json
+    stays as it was).
     Any other exception (Ctrl-C, cancellation, SIGTERM) stops the run: what was measured is written and
     stored as a partial run, and the exception goes on.
     """
@@ -115,8 +119,8 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
         hooks.log.warning("%s", line)
     try:
         with hooks.cluster_lock(), orphans.run_lock(result.run_id):
-            _measure(spec, result, run_dir, hooks, sweep)
-    except CheckpointError:
+            _measure(spec, result, run_dir, db_path, hooks, sweep)
+    except (CheckpointError, PriorError):
         result.ended_at = datetime.now(UTC)
         write_raw(result, run_dir)
         raise
@@ -129,19 +133,22 @@ def run_experiment(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_pa
     result.ended_at = datetime.now(UTC)
 
 
-def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hooks, sweep: SweepSpec | None) -> None:
+def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_path: Path, hooks: Hooks,
+             sweep: SweepSpec | None) -> None:
     refs, image_errors = _images(spec, run_dir, hooks)
     facts = _checkpoint(spec, refs, hooks)
     if problems := resume_conflicts(result, {n: r.digest for n, r in refs.items()}, facts):
         raise ResumeRefused(f"cannot resume run {result.run_id}: {'; '.join(problems)}; start a new run instead")
     result.checkpoint = facts
+    # Before the first launch: a variance_from that names another key's calibration stops the run here.
+    priors = priors_for(db_path, spec, RunFacts(result.provenance.host, refs, facts))
     model_dir = facts.path if facts else Path(spec.served_name)
     blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts, hooks, sweep)
     names = [a.name for a in spec.arms]
     for arm_name, block in block_order(names, spec.design.blocks):
         blocks.run(arm_name, block)
     done = spec.design.blocks
-    while _another_block(spec, result, done, hooks.log):
+    while _another_block(spec, result, done, hooks.log, priors):
         done += 1
         # the counterbalanced order for one more block per arm; the earlier blocks' launches stand
         for arm_name, block in block_order(names, done):
@@ -149,16 +156,15 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, hooks: Hook
                 blocks.run(arm_name, block)
 
 
-def _another_block(spec: ExperimentSpec, result: RunResult, done: int, log: Log) -> bool:
-    """The look between blocks: an adaptive design adds a block per arm while a cell's interval still
-    straddles the noise band, up to max_blocks; a fixed design never does."""
+def _another_block(spec: ExperimentSpec, result: RunResult, done: int, log: Log, priors: Priors) -> bool:
+    """The look between rounds: an adaptive design adds a round while any arm's sequential decision is
+    CONTINUE (undecided with rounds left, up to max_blocks); a fixed design never does."""
     if not spec.design.adaptive:
         return False
-    cis = {(c.arm, c.key, c.metric): c.ci for c in compare_cells(result, spec, confidence_for(spec))}
-    step = adaptive_decision(cis, spec.thresholds.noise_band, done, spec.design.blocks,
-                             spec.design.max_blocks or done)
-    log.info("adaptive stopping after %d block(s) per arm: %s", done, step.reason)
-    return step.add_block
+    looks = decisions(result, spec, priors)
+    for ad in looks:
+        log.info("look after %d round(s), %s: %s: %s", done, ad.arm, ad.decision.outcome, ad.decision.reason)
+    return any(ad.decision.outcome == "CONTINUE" for ad in looks)
 
 
 def _images(spec: ExperimentSpec, run_dir: Path, hooks: Hooks) -> tuple[dict[str, ImageRef], dict[str, str]]:

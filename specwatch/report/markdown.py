@@ -15,6 +15,7 @@ from specwatch.analysis.outputs import output_matches
 from specwatch.analysis.verdict import Assessment
 from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
+from specwatch.report.decision import decision_lines
 from specwatch.report.rows import VerdictRow, headline, metric_rows
 from specwatch.spec import ExperimentSpec
 
@@ -67,9 +68,10 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
                                                 + (f" (at least {wl.min_waves} x c)" if wl.min_waves > 1 else ""))
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
-        f"- design: {design.blocks} block(s) per arm"
-        f"{f' (adaptive up to {design.max_blocks})' if design.adaptive else ''}"
-        f", counterbalanced order {' '.join(f'{a.name}#{a.block}' for a in result.arms)}; varies "
+        f"- design: {design.blocks} round(s)"
+        f"{f', adaptive up to {design.max_blocks} while undecided' if design.adaptive else ''}"
+        f", one-sided alpha {design.alpha:g} per call; counterbalanced order "
+        f"{' '.join(f'{a.name}#{a.block}' for a in result.arms)}; varies "
         f"{design.varies or 'inferred'}; {design.probes} greedy probe(s) of {design.probe_tokens} tokens per arm",
     ]
     return lines
@@ -87,10 +89,11 @@ def _measurement(result: RunResult, spec: ExperimentSpec) -> list[str]:
         "numbers), unless they share one running server, where each arm's nonces are its own. Prompt length "
         "is calibrated with the server's /tokenize. Tokens are counted from "
         "`usage.completion_tokens`; decode tok/s per stream = (tokens - 1) / (last token - first token). "
-        "Acceptance comes from /metrics counter deltas over each cell's window. A cell's replicate is its "
-        "median over requests in one launch (block); blocks of the two arms are paired by launch order "
-        f"and the relative difference gets a {('99' if spec.design.adaptive else '95')}% confidence interval over "
-        "the pairs (BCa bootstrap on log ratios, never narrower than the paired t-interval).",
+        "Acceptance comes from /metrics counter deltas over each cell's window. A round is one launch of each "
+        "arm, and the unit of replication: per round and cell, the candidate's requests are paired with the "
+        "baseline's by request index and summarised as their median log-ratio (the cell figures' log-ratio where "
+        "requests do not pair; aggregate throughput at high concurrency). The decision is a group-sequential "
+        "t-test over rounds (see the Conclusion).",
     ]
 
 
@@ -98,7 +101,10 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, row
             figures: list[str]) -> list[str]:
     lines = [
         "## Result",
-        "| arm | k | load | class | blocks | decode tok/s | Δ vs baseline | CI % | TTFT s | mean acc. len | verdict |",
+        "Δ and CI per cell: the decision's interval at its last look (for a batched cell's decode tok/s, of "
+        "aggregate throughput), in the metric's own direction.",
+        "",
+        "| arm | k | load | class | rounds | decode tok/s | Δ vs baseline | CI % | TTFT s | mean acc. len | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -179,11 +185,13 @@ def _output_match(result: RunResult, spec: ExperimentSpec) -> list[str]:
               for m in matches]]
 
 
-def _conclusion(result: RunResult, assessment: Assessment) -> list[str]:
+def _conclusion(result: RunResult, spec: ExperimentSpec, assessment: Assessment) -> list[str]:
     v = assessment.verdict
     lines = ["## Conclusion", f"**{v.decision}**" + (" (exit code 3: a regression is flagged)"
                                                       if result.exit_code() == 3 else "")]
     lines += [f"- {reason}" for reason in v.reasons]
+    for ad in assessment.arms:
+        lines += decision_lines(ad, assessment.design, spec.baseline)
     checked = len(result.quality)
     failed = [q for q in result.quality if not q.passed]
     lines.append(f"- quality checks: {checked - len(failed)} of {checked} passed; greedy probes compared: "
@@ -202,7 +210,8 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
                          "(allow_confounded: true); the result cannot be attributed to one change")
     for arm, n in assessment.blocks.items():
         if n < 3:
-            notes.append(f"- `{arm}` has {n} completed block(s); fewer than 3 per arm leaves intervals wide or absent")
+            notes.append(f"- `{arm}` has {n} completed round(s); fewer than 3 without a stored variance leaves no "
+                         "interval")
     for a in result.arms:
         if a.fallback_reason:
             notes.append(f"- `{a.name}` block {a.block} ran k={a.k} instead of k={a.k_requested}: {a.fallback_reason}")
@@ -229,7 +238,7 @@ def render_markdown(result: RunResult, spec: ExperimentSpec, assessment: Assessm
              f"**Verdict: {headline(result, assessment)}** (baseline arm `{spec.baseline}`, noise band "
              f"±{spec.thresholds.noise_band:.0%})", ""]
     for section in (_conditions(result, spec), _measurement(result, spec),
-                    _result(result, spec, assessment, rows, figures), _conclusion(result, assessment),
+                    _result(result, spec, assessment, rows, figures), _conclusion(result, spec, assessment),
                     _limitations(result, spec, assessment)):
         lines += [*section, ""]
     return "\n".join(lines)

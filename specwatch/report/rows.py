@@ -10,11 +10,11 @@ from statistics import median
 
 from specwatch.analysis.decision import CellVerdict
 from specwatch.analysis.metrics import METRICS
-from specwatch.analysis.verdict import Assessment, measured_keys
+from specwatch.analysis.verdict import Assessment, declared_levels, measured_keys
 from specwatch.records import CellKey, RunResult
 from specwatch.spec import ExperimentSpec
 
-NO_INTERVAL = "n=1: no interval"
+NO_INTERVAL = "no interval yet"
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ def verdict_rows(result: RunResult, spec: ExperimentSpec, assessment: Assessment
     band = spec.thresholds.noise_band
     cis = {(c.arm, c.key): c for c in assessment.cells if c.metric == "decode_tok_s"}  # this table's metric
     invalid = {(q.arm, q.cell) for q in result.quality if q.severity == "invalid" and not q.passed}
+    judged = set(declared_levels(spec))
     decode_of: dict[tuple[str, str], float | None] = {}
     rows = []
     for arm in spec.arms:
@@ -86,6 +87,8 @@ def verdict_rows(result: RunResult, spec: ExperimentSpec, assessment: Assessment
                 verdict = "invalid"
             elif arm.name == spec.baseline:
                 verdict = "baseline"
+            elif key.level not in judged:  # the decision judges the declared levels only
+                verdict = "not judged"
             elif cv is not None and cv.ci is not None and cv.ci.n_pairs >= 2:
                 verdict = cv.outcome
             else:

@@ -1,4 +1,5 @@
-"""`design:`: restart blocks, the variable under test, the correctness probes."""
+"""`design:`: the rounds (restart blocks), the sequential decision's error, the variable under test, the
+correctness probes."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ _BLOCKS = cap(1000, "a block is a server launch per arm")
 class DesignSpec(Strict):
     """How the arms are run: restart blocks, the variable under test, the correctness probes."""
 
-    blocks: Annotated[PositiveInt, _BLOCKS] = Field(default=3, description="launches per arm (restart blocks); "
-                                                    ">= 3 for a verdict")
-    max_blocks: Annotated[PositiveInt, _BLOCKS] | None = Field(default=None, description="adaptive stopping ceiling")
+    # A block is a round: one launch of each arm. `blocks` is the minimum before the first look, and with
+    # `adaptive` the looks add a round while the sequential decision is undecided, up to `max_blocks`.
+    # `adaptive` stays the switch: without it a run is exactly `blocks` rounds, one look spending the
+    # whole alpha (a fixed cost, what CI and `make demo` want); `max_blocks` alone does not add rounds.
+    blocks: Annotated[PositiveInt, _BLOCKS] = Field(default=3, description="rounds (launches per arm); the minimum "
+                                                    "before a look; >= 3 unless a stored variance is used")
+    max_blocks: Annotated[PositiveInt, _BLOCKS] | None = Field(default=None, description="adaptive: the most rounds")
     adaptive: bool = False
+    alpha: float = Field(default=0.05, description="one-sided error of each call (PROMOTE, REVERT, NO CHANGE), "
+                                                   "spent over the looks")
     varies: list[str] | None = Field(default=None, description="k, image, method, args, launcher, env or env:NAME")
     allow_confounded: bool = False
     probes: Annotated[Requests, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
@@ -30,6 +37,8 @@ class DesignSpec(Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> DesignSpec:
+        if not 0 < self.alpha < 0.5:
+            raise ValueError(f"alpha={self.alpha!r}: must lie in (0, 0.5); fix: use e.g. 0.05")
         if self.max_blocks is not None and self.max_blocks < self.blocks:
             raise ValueError(f"max_blocks {self.max_blocks} < blocks {self.blocks}; set max_blocks >= blocks")
         if self.adaptive and self.max_blocks is None:

@@ -17,7 +17,8 @@ Simulation model (deliberately simple, so the truth is analytic):
   refuses a model without one (`--no-chat-template`).
 - First token after `ttft_ms + prefill_ms_per_token * uncached_prompt_tokens` from admission.
 - Then one decode step per `(step_ms + step_ms_per_seq * (running - 1)) * slowdown`, on an
-  absolute schedule (no drift from sleep overshoot). Every step with speculation proposes
+  absolute schedule (no drift from sleep overshoot); `--launch-sd` draws the slowdown once per boot
+  (planted launch-to-launch noise). Every step with speculation proposes
   one draft of exactly k tokens (counted as 1 draft, k draft tokens, even near the end),
   accepts a prefix of it and emits accepted + 1 (bonus) tokens, capped at the tokens still
   owed; the counters record the accepted count before capping so that 1 + accepted/drafts
@@ -55,6 +56,7 @@ import argparse
 import asyncio
 import ctypes
 import json
+import math
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -810,6 +812,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
       help="/metrics answers unparseable text, or 404, after --metrics-fault-after good scrapes")
     a("--metrics-fault-after", type=int, default=0, help="good /metrics scrapes before --bad-metrics starts")
     a("--slowdown", type=float, default=1.0, help="multiplies step time (a planted regression)")
+    a("--launch-sd", type=float, default=0.0,
+      help="planted launch-to-launch noise: each boot multiplies --slowdown by exp(N(0, sd)), drawn once (/truth "
+           "reports the result), as identical boots of a real server differ (measurement rule 7)")  # fmt: skip
     a("--stall-after-tokens", type=int, default=None, help="streams hang after N tokens")
     a("--log-interval-s", type=float, default=10.0, help="period of the SpecDecoding metrics log line")
     a("--no-chat-template", dest="chat", action="store_false",
@@ -849,8 +854,12 @@ def settings_from_args(ns: argparse.Namespace) -> Settings:
         marginal = (probs + (0.0,) * k)[:k]  # positions past the list are never accepted
     # Every setting with a command-line option of the same name comes from it (argparse dests).
     given = {f.name: getattr(ns, f.name) for f in fields(Settings) if hasattr(ns, f.name)}
+    if ns.launch_sd < 0:
+        raise ValueError(f"--launch-sd {ns.launch_sd}: must be >= 0")
+    # unseeded on purpose: every boot is a new draw, like every launch of a real server
+    slowdown = ns.slowdown * math.exp(random.SystemRandom().gauss(0.0, ns.launch_sd)) if ns.launch_sd else ns.slowdown
     return Settings(**{**given, "model": ns.served_model_name or ns.model, "method": method, "k": k,
-                       "draft_model": draft, "marginal": marginal})
+                       "draft_model": draft, "marginal": marginal, "slowdown": slowdown})
 
 
 def process_cores(ns: argparse.Namespace) -> list[int | None]:
