@@ -285,7 +285,7 @@ def report(
     finally:
         con.close()
     spec = stored_spec(result.experiment)
-    # the variances stored for this run's key (a calibration since the run may pool in: say so if it differs)
+    # the variances stored for this run's key now (a calibration stored after the run is pooled in too)
     assessment = assess(result, spec, priors_for(path, spec, RunFacts.of(result)))
     rows = verdict_rows(result, spec, assessment)
     report_path = write_report(result, spec, assessment, rows, out_dir or paths.runs_dir() / run_id)
