@@ -165,7 +165,8 @@ def _launch_once(
         with launcher_for(arm, image).start(arm, image, ctx) as handle:
             boot_s = wait_ready(handle, arm.boot_timeout_s)
             handle.record = handle.record.model_copy(update={"boot_s": boot_s})
-            target = BenchTarget(handle.base_url, spec.served_name, namespace)
+            target = BenchTarget(handle.base_url, spec.served_name, namespace,
+                                 eos_token_ids=tuple(facts.eos_token_ids) if facts else ())
             snapshot = asyncio.run(prepare(target, spec.workload, spec.sampling))
             confirm_k(arm, handle, snapshot)
             record_kv_capacity(handle, snapshot)
