@@ -110,6 +110,7 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: i
         launcher = launcher_for(arm, image)
         if not launcher.boots:
             continue
+        arm = arm.with_draft(Path("<early-exit draft>"))  # written by the model step, at run time
         rendered = rk.render(arm, hosts)
         ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
                             max_model_len=spec.model.max_model_len, ranks=tuple(rendered),

@@ -193,6 +193,8 @@ class CheckpointFacts(_Record):
     shards: int = 0
     source: ModelSource | None = None
     draft: CheckpointFacts | None = None  # model.draft_layers: the early-exit draft written beside it
+    # config.json's and generation_config.json's eos_token_id: where an output's answer ends
+    eos_token_ids: list[int] = []
 
 
 class SpecWindow(_Record):
@@ -251,7 +253,10 @@ class RequestSample(_Record):
     e2e_s: float | None = None
     decode_s: float | None = None
     arrival_groups: int | None = None
-    repetition_ratio: float | None = None
+    repetition_ratio: float | None = None  # of the output before its first EOS (analysis/loops.py)
+    # Output tokens before the first end-of-sequence token (all of them without one); None where the
+    # checkpoint's EOS ids are not known (an endpoint's model) or the output was not read.
+    pre_eos_tokens: int | None = None
     max_tokens: int | None = None  # the request's own output length (a corpus line's); None: the cell's
     # Gaps between successive content chunks (ITL, docs/measurement.md "Latency percentiles"), as
     # {itl_bucket(gap_ms): count}; None before the second chunk.

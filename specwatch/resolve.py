@@ -24,7 +24,9 @@ from specwatch.bench.protocols import PROTOCOLS
 from specwatch.bench.transports import TRANSPORTS
 from specwatch.engine.images.registry import BACKENDS
 from specwatch.engine.launchers.registry import LAUNCHERS
+from specwatch.engine.methods import REFUSED, method_refusal
 from specwatch.spec import (
+    EARLY_EXIT,
     ArmSpec,
     ExperimentSpec,
     HostSpec,
@@ -91,11 +93,51 @@ def _fields(spec: ExperimentSpec, stored: bool) -> Iterator[Problem]:
             yield ("arms", i, "launcher"), problem
         elif problem := _problem(LAUNCHERS[arm.launcher].check_arm, arm):
             yield ("arms", i), problem
+        if arm.speculative is None:
+            continue
+        image = spec.image(arm.image)
+        if not stored and (problem := _method_runs(arm.speculative.method, image)):
+            yield ("arms", i, "speculative", "method"), problem
+        if arm.speculative.early_exit and (problem := _early_exit(arm, spec)):
+            yield ("arms", i, "speculative", "draft_model"), problem
     yield from ((("workload", *loc), problem) for loc, problem in workload_problems(spec.workload, stored=stored))
     if problem := unknown_metrics(spec.verdict.metrics):
         yield ("verdict", "metrics"), f"{problem}; fix: use those names"
     if spec.sweep is not None and (problem := _one_of("prompt class", spec.sweep.prompt_class, SOURCES)):
         yield ("sweep", "prompt_class"), problem
+
+
+def _method_runs(method: str, image: ImageSpec) -> str | None:
+    """The arm's method against the image's platform (specwatch.engine.methods). A `python` image is
+    probed only for a method some platform refuses: the probe starts its interpreter."""
+    if not any(method in refused for refused in REFUSED.values()):
+        return None
+    if image.backend not in BACKENDS:
+        return None  # reported at the image's own place
+    return method_refusal(method, BACKENDS[image.backend].package(image), image.version)
+
+
+def _early_exit(arm: ArmSpec, spec: ExperimentSpec) -> str | None:
+    """`draft_model: early-exit` names the draft model.draft_layers writes, for method draft_model,
+    on this machine's disk (beside the checkpoint)."""
+    assert arm.speculative is not None
+    method = arm.speculative.method
+    if method != "draft_model":
+        return (f"{EARLY_EXIT!r} is the early-exit draft, for method draft_model, not {method!r}; fix: method: "
+                f"draft_model, or the path of a draft made for {method}")
+    if spec.model.draft_layers is None:
+        return (f"{EARLY_EXIT!r} needs model.draft_layers, which is not set (the draft is cut from "
+                "model.package's checkpoint); fix: set model.draft_layers, e.g. 27 "
+                "(benchmarks/results/smollm2-cpu-realmodel)")
+    if arm.launcher in LAUNCHERS and LAUNCHERS[arm.launcher].containers:
+        return (f"{EARLY_EXIT!r} with launcher {arm.launcher}: the draft is written beside the checkpoint on "
+                "this machine and a container mounts only the checkpoint; fix: launcher vllm")
+    hosts = {h.name: h for h in spec.hosts}
+    remote = sorted({name for name in (arm.host, *(r.host for r in arm.ranks)) if name in hosts and hosts[name].ssh})
+    if remote:
+        return (f"{EARLY_EXIT!r} on host(s) {', '.join(remote)}: the draft is written on this machine only; fix: "
+                "run the arm here, or copy the draft there and give its path")
+    return None
 
 
 def workload_problems(wl: WorkloadSpec, *, stored: bool = False) -> Iterator[Problem]:

@@ -129,8 +129,9 @@ def test_migration_014_moves_the_stored_runs_metrics_into_cell_metrics(tmp_path:
             con.execute(text)
             con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
     for table, frame in frames(result).items():
-        if table not in ("cell_metrics", "requests"):  # 014 reads the cells; requests has columns of later migrations
-            db.append(con, table, frame)
+        if table != "cell_metrics":  # the columns a database at 013 has: later migrations add more
+            old = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}
+            db.append(con, table, frame[[c for c in frame.columns if c in old]])
     assert db.migrate(con)[0] == "014_cell_metrics.sql"
     moved = con.execute("SELECT arm, block, cell, metric, value FROM cell_metrics").fetchall()
     con.close()

@@ -11,7 +11,7 @@ from specwatch.bench.gates import Gates, gate
 from specwatch.bench.gauge import kv_cache_peak, max_running
 from specwatch.bench.load import LoadContext, load_shape
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import Prompt, nonce, repetition_ratio
+from specwatch.bench.prompts import Prompt, judged_output, nonce
 from specwatch.bench.selfcheck import merge
 from specwatch.export.peer_dataset import write_cell_dataset
 from specwatch.records import CellKey, CellResult, SpecWindow
@@ -93,7 +93,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
         ids = output if isinstance(output, list) else (await client.token_ids(output) if output else [])
         scheduled = None if sample.scheduled_s is None else sample.scheduled_s - outcome.t0
         samples.append(sample.model_copy(update={"started_s": started, "scheduled_s": scheduled,
-                                                 "repetition_ratio": repetition_ratio(ids)}))
+                                                 **judged_output(ids, client.target.eos_token_ids)}))
     rate_cell = key.load == "rate"
     cell = CellResult(
         load_mode=key.load,

@@ -46,6 +46,8 @@ class BenchTarget:
     namespace: str
     # Where each cell's prompts are also written as the peer's dataset (specwatch.export.peer_dataset).
     dataset_dir: Path | None = None
+    # The served checkpoint's end-of-sequence ids: loops are judged on the output before the first one.
+    eos_token_ids: tuple[int, ...] = ()
 
 
 def _timeout(workload: WorkloadSpec) -> httpx.Timeout:

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Protocol
+from typing import Any, Protocol
+
+from specwatch.analysis.loops import before_eos
 
 Message = dict[str, str]  # {"role": "user" | "assistant" | "system", "content": text}
 Conversation = tuple[Message, ...]
@@ -285,3 +287,11 @@ def repetition_ratio(token_ids: list[int]) -> float | None:
     if not grams:
         return None
     return 1.0 - len(set(grams)) / len(grams)
+
+
+def judged_output(token_ids: list[int], eos_token_ids: Collection[int]) -> dict[str, Any]:
+    """A request's repetition ratio on its output before the first EOS, and that part's length (None
+    where no EOS ids are known): the RequestSample fields (analysis/loops.py says why)."""
+    meant = before_eos(token_ids, eos_token_ids)
+    return {"repetition_ratio": repetition_ratio(meant),
+            "pre_eos_tokens": len(meant) if eos_token_ids and token_ids else None}

@@ -12,11 +12,11 @@ import logging
 import time
 from dataclasses import dataclass, replace
 
-from specwatch.analysis.loops import LOOP_FLAG, is_loop
+from specwatch.analysis.loops import LOOP_FLAG, before_eos, is_loop
 from specwatch.bench.client import BenchTarget, Client
 from specwatch.bench.gates import Gates, gate
 from specwatch.bench.metrics import window
-from specwatch.bench.prompts import SOURCES, PromptRequest, repetition_ratio
+from specwatch.bench.prompts import SOURCES, PromptRequest, judged_output, repetition_ratio
 from specwatch.bench.runner import CellCallback
 from specwatch.bench.transports import run_on_loop
 from specwatch.records import CellKey, CellResult, RequestSample, SpecWindow
@@ -60,11 +60,13 @@ async def measure_depth(client: Client, sweep: SweepSpec, depth: int, gates: Gat
         first, last = first or before, after
         w = window(before, after)
         ids = output if isinstance(output, list) else (await client.token_ids(output) if output else [])
-        ratio = repetition_ratio(ids)
-        text = output if isinstance(output, str) else " ".join(map(str, output))
+        judged = judged_output(ids, client.target.eos_token_ids)
+        # the phrase detector reads the same output the ratio does: the ids before the first EOS
+        text = output if isinstance(output, str) else " ".join(map(str, before_eos(ids, client.target.eos_token_ids)))
         samples.append(sample.model_copy(update={
-            "started_s": sample.started_s - t0, "repetition_ratio": ratio, "prompt_repetition_ratio": prompt_rep,
-            "loop_detected": is_loop(ratio, text, sweep.loop_threshold) if sample.status == "ok" else None,
+            "started_s": sample.started_s - t0, **judged, "prompt_repetition_ratio": prompt_rep,
+            "loop_detected": is_loop(judged["repetition_ratio"], text, sweep.loop_threshold)
+            if sample.status == "ok" else None,
             "window_drafts": w.num_drafts, "window_accepted_tokens": w.num_accepted_tokens,
             "window_accepted_per_position": w.accepted_per_position,
         }))

@@ -25,7 +25,7 @@ from specwatch.engine.launchers import BootExit, LaunchContext, LaunchError
 from specwatch.engine.launchers.registry import LAUNCHERS, launcher_for
 from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef
-from specwatch.spec import ArmSpec, ExperimentSpec
+from specwatch.spec import EARLY_EXIT, ArmSpec, ExperimentSpec
 
 log = logging.getLogger("specwatch.arm")
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
@@ -145,10 +145,15 @@ def _launch_once(
     arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
     namespace: str, block: int, runner: CellRunner, started: datetime,
 ) -> ArmResult:
+    if facts is not None and facts.draft is not None:
+        arm = arm.with_draft(facts.draft.path)  # `draft_model: early-exit` becomes the written draft's path
     method = arm.speculative.method if arm.speculative else None
     base = dict(name=arm.name, block=block, image=arm.image, k=arm.k, image_ref=image, method=method,
                 started_at=started)
     refusals = arm_constraint_violations(facts, method, arm.k) if facts else []
+    if arm.speculative is not None and arm.speculative.early_exit:  # resolve refuses it without draft_layers
+        refusals.append(f"speculative.draft_model {EARLY_EXIT!r}: the model step wrote no early-exit draft; "
+                        "fix: set model.draft_layers")
     if (held := gpu.precheck(arm.args)) is not None:
         refusals.append(f"precheck: {held}")
     if refusals:
@@ -160,7 +165,8 @@ def _launch_once(
         with launcher_for(arm, image).start(arm, image, ctx) as handle:
             boot_s = wait_ready(handle, arm.boot_timeout_s)
             handle.record = handle.record.model_copy(update={"boot_s": boot_s})
-            target = BenchTarget(handle.base_url, spec.served_name, namespace)
+            target = BenchTarget(handle.base_url, spec.served_name, namespace,
+                                 eos_token_ids=tuple(facts.eos_token_ids) if facts else ())
             snapshot = asyncio.run(prepare(target, spec.workload, spec.sampling))
             confirm_k(arm, handle, snapshot)
             record_kv_capacity(handle, snapshot)

@@ -169,6 +169,19 @@ def _int_fact(cfg: dict[str, Any], key: str) -> int | None:
     return None
 
 
+def eos_token_ids(path: Path, cfg: dict[str, Any]) -> list[int]:
+    """Every eos_token_id the checkpoint declares (an int or a list, in config.json and in
+    generation_config.json, which vLLM also stops on), sorted."""
+    generation = path / "generation_config.json"
+    found: set[int] = set()
+    for source in (cfg, _read_json(generation) if generation.is_file() else {}):
+        value = source.get("eos_token_id")
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, int) and not isinstance(item, bool):
+                found.add(item)
+    return sorted(found)
+
+
 def check_checkpoint(path: Path) -> CheckpointFacts:
     """Read config.json (+ safetensors index) and check every indexed shard is on disk."""
     path = Path(path).expanduser()
@@ -211,6 +224,7 @@ def check_checkpoint(path: Path) -> CheckpointFacts:
         num_nextn_predict_layers=_int_fact(cfg, "num_nextn_predict_layers"),
         shards=len(list(path.glob("*.safetensors"))),
         source=ModelSource.model_validate(source) if isinstance(source, dict) else None,
+        eos_token_ids=eos_token_ids(path, cfg),
     )
 
 

@@ -15,6 +15,7 @@ from specwatch.analysis.outputs import output_matches
 from specwatch.analysis.verdict import Assessment
 from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
+from specwatch.report.classes import class_section
 from specwatch.report.decision import decision_lines
 from specwatch.report.rows import VerdictRow, headline, metric_rows
 from specwatch.spec import ExperimentSpec
@@ -139,6 +140,7 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, row
         for row in assessment.cost_rows:
             lines.append(f"- agreement: `{row.arm}` k={row.k} measured {row.measured_tok_s:.1f} tok/s, predicted "
                          f"{row.predicted_tok_s:.1f} from the baseline's curve ({row.error * 100:+.1f}%)")
+    lines += class_section(result, spec)
     lines += _latency(result)
     lines += _output_match(result, spec)
     lines += ["", *[f"![{name}]({name})" for name in figures]]

@@ -6,7 +6,7 @@ after parsing, by specwatch.resolve; everything downstream receives a spec that 
 so stages never re-check user input.
 """
 
-from specwatch.spec.arms import KNOWN_METHODS, LOCAL, ArmSpec, HostSpec, RankSpec, SpeculativeSpec, SshSpec
+from specwatch.spec.arms import EARLY_EXIT, KNOWN_METHODS, LOCAL, ArmSpec, HostSpec, RankSpec, SpeculativeSpec, SshSpec
 from specwatch.spec.design import DesignSpec
 from specwatch.spec.experiment import ExperimentSpec
 from specwatch.spec.images import ImageSpec
@@ -25,7 +25,8 @@ from specwatch.spec.verdict import Thresholds, VerdictSpec
 from specwatch.spec.workload import RampUpSpec, SamplingSpec, SloSpec, WorkloadSpec, corpus_name
 
 __all__ = [
-    "KNOWN_METHODS", "LOCAL", "MAX_GENERATED_PARAMS", "MAX_SPEC_BYTES", "MAX_SPEC_VALUES", "ArmSpec", "DesignSpec",
+    "EARLY_EXIT", "KNOWN_METHODS", "LOCAL", "MAX_GENERATED_PARAMS", "MAX_SPEC_BYTES", "MAX_SPEC_VALUES", "ArmSpec",
+    "DesignSpec",
     "ExperimentSpec", "GeneratedModel", "HostSpec", "ImageSpec", "ModelSpec", "RampUpSpec", "RankSpec",
     "SamplingSpec", "SloSpec", "SpecError", "SpeculativeSpec", "SshSpec", "SweepSpec", "Thresholds", "VerdictSpec",
     "WorkloadSpec", "corpus_name", "format_validation_error", "parse_spec", "parse_stored", "problem_line",

@@ -26,6 +26,10 @@ KNOWN_METHODS: dict[str, tuple[str, ...]] = {
 }
 
 
+# `draft_model: early-exit`: the experiment's own early-exit draft (model.draft_layers), whose path
+# exists only once the model step has written it; the arm's launch gets that path (engine/arm.py).
+EARLY_EXIT = "early-exit"
+
 # k sizes per-position arrays in the client, the records and the test server
 # the host an arm or rank runs on unless it names one of hosts:
 LOCAL = "local"
@@ -37,7 +41,8 @@ class SpeculativeSpec(Strict):
     k: Annotated[PositiveInt, _K] = Field(description="num_speculative_tokens")
     prompt_lookup_max: Annotated[PositiveInt, Tokens] | None = None
     prompt_lookup_min: Annotated[PositiveInt, Tokens] | None = None
-    draft_model: str | None = None
+    draft_model: str | None = Field(default=None, description="the draft checkpoint's path, or early-exit: "
+                                    "the draft model.draft_layers writes")
     extra: dict[str, Any] = Field(default_factory=dict, description="more keys for --speculative-config")
     allow_unknown_method: bool = False
     fallback: list[Annotated[PositiveInt, _K]] = Field(
@@ -71,6 +76,15 @@ class SpeculativeSpec(Strict):
     @property
     def checked(self) -> bool:
         return self.method in KNOWN_METHODS
+
+    @property
+    def early_exit(self) -> bool:
+        """The draft is the experiment's early-exit draft, named, not yet a path."""
+        return self.draft_model == EARLY_EXIT
+
+    def with_draft(self, path: Path) -> SpeculativeSpec:
+        """This speculation with its early-exit draft resolved to the written checkpoint."""
+        return self.model_copy(update={"draft_model": str(path)}) if self.early_exit else self
 
     def config_json(self) -> str:
         """The `--speculative-config` value vLLM receives."""
@@ -167,6 +181,12 @@ class ArmSpec(Strict):
             return self
         assert k is not None
         return self.model_copy(update={"speculative": self.speculative.model_copy(update={"k": k, "fallback": []})})
+
+    def with_draft(self, path: Path) -> ArmSpec:
+        """This arm with its early-exit draft (if it names one) resolved to `path`."""
+        if self.speculative is None or not self.speculative.early_exit:
+            return self
+        return self.model_copy(update={"speculative": self.speculative.with_draft(path)})
 
     @property
     def ladder(self) -> list[int | None]:

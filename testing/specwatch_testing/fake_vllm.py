@@ -27,7 +27,10 @@ Simulation model (deliberately simple, so the truth is analytic):
   accepted_per_pos/drafts reports, so they must be non-increasing); with
   `--accept-mode conditional` they are P(accept i | accepted 0..i-1). Positions past the
   list are never accepted.
-- Exactly max_tokens tokens are generated (ignore_eos semantics, always).
+- Exactly max_tokens tokens are generated (ignore_eos semantics, always). With `--tail-after N` the
+  output after its first N tokens is a phrase repeated to the end (a loop); with `--eos-token-id ID`
+  too, that tail starts with the end-of-sequence token (empty text), as an instruct model's answer
+  that ended and went on under ignore_eos. Chunks carry their `token_ids` when the request asks.
 - Everything random is seeded by `--seed` + the prompt text, so a prompt replays exactly.
 
 Several processes behind one port (`--procs N`, `--cores 1,2,3` pins process i to the i-th core;
@@ -89,6 +92,8 @@ VERSION = "fake-0.1"
 BLOCK_SIZE = 16  # vLLM's default KV block size; prefix-cache hits come in whole blocks
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 # Output words are pure \w+ so re-tokenizing the generated text gives back max_tokens.
+# `--tail-after`: the phrase a looping output repeats.
+TAIL = ("and", "the", "loop", "goes", "on")
 _WORDS = [
     "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "that", "this", "be",
     "are", "was", "it", "an", "or", "not", "data", "value", "model", "token", "server", "request", "return",
@@ -145,6 +150,8 @@ class Settings:
     bad_sse_every: int = 0  # every Nth stream carries an event that is not JSON
     bad_metrics: str | None = None  # malformed | missing: /metrics answers garbage or 404 ...
     metrics_fault_after: int = 0  # ... after this many good scrapes
+    tail_after: int | None = None  # output tokens before a repeating tail (None: no tail)
+    eos_token_id: int | None = None  # the tail starts with this end-of-sequence token
 
     @property
     def conditional(self) -> tuple[float, ...]:
@@ -348,8 +355,8 @@ class Engine:
         prompt_ids: list[int],
         max_tokens: int,
         is_disconnected: Callable[[], Awaitable[bool]] | None = None,
-    ) -> AsyncGenerator[str, None]:
-        """Yield one text piece per engine step (several tokens per piece under speculation)."""
+    ) -> AsyncGenerator[tuple[str, list[int]], None]:
+        """Yield one text piece and its token ids per engine step (several tokens under speculation)."""
         s, m, tot = self.s, self.metrics, self.totals
         text_rng = random.Random(f"{s.seed}:text:{prompt}")
         acc_rng = random.Random(f"{s.seed}:accept:{prompt}")
@@ -418,7 +425,7 @@ class Engine:
                 rec.t_last_token = self.now()
                 if rec.t_first_token is None:
                     rec.t_first_token = rec.t_last_token
-                yield "".join(" " + text_rng.choice(_WORDS) for _ in range(n))
+                yield self._piece(emitted - n, n, text_rng)
         finally:
             # Runs on normal end, on client disconnect (cancel) and on generator close.
             if admitted:
@@ -430,6 +437,18 @@ class Engine:
             m.set_load(self.running, self.waiting)
             rec.status = "ok" if rec.completion_tokens == max_tokens else "aborted"
             self.records.append(rec)
+
+    def _piece(self, start: int, n: int, rng: random.Random) -> tuple[str, list[int]]:
+        """Output tokens start..start+n-1: random words, or the tail (`--tail-after`) with its EOS first."""
+        s, text, ids = self.s, "", []
+        for p in range(start, start + n):
+            if s.tail_after is not None and p == s.tail_after and s.eos_token_id is not None:
+                ids.append(s.eos_token_id)  # vLLM skips a special token's text
+                continue
+            word = rng.choice(_WORDS) if s.tail_after is None or p < s.tail_after else TAIL[p % len(TAIL)]
+            text += " " + word
+            ids += tokenize(word, s.vocab_size)
+        return text, ids
 
     def truth(self) -> dict[str, Any]:
         return truth_view(self.s, [r.as_dict() for r in self.records], self.totals)
@@ -528,6 +547,7 @@ class _Sampling(BaseModel):
     temperature: float | None = None
     stream: bool = False
     stream_options: _StreamOptions | None = None
+    return_token_ids: bool = False
 
 
 class CompletionRequest(_Sampling):
@@ -710,9 +730,9 @@ def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None
 
         if not req.stream:
             pieces = [p async for p in engine.generate(rid, prompt, ids, req.max_tokens, raw.is_disconnected)]
-            text = "".join(pieces)
+            text = "".join(t for t, _ in pieces)
             choice = {**choice_of(text, "length", streamed=False), "stop_reason": None}
-            n = len(_TOKEN_RE.findall(text))
+            n = sum(len(i) for _, i in pieces)
             return JSONResponse({**head, "choices": [choice], "usage": usage_of(n)})
 
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
@@ -730,11 +750,13 @@ def build_app(s: Settings, siblings: Sequence[str] = (), t0: float | None = None
                 yield _sse({**chunk_head, "choices": [first]})
             # aclosing: if the client goes away, the engine's bookkeeping (finally) runs now, not at GC.
             async with aclosing(engine.generate(rid, prompt, ids, req.max_tokens)) as pieces:
-                async for piece in pieces:
-                    emitted += len(_TOKEN_RE.findall(piece))
+                async for piece, piece_ids in pieces:
+                    emitted += len(piece_ids)
                     # As in vLLM, the chunk carrying the last tokens also carries finish_reason.
                     finish = "length" if emitted >= req.max_tokens else None
                     choice = choice_of(piece, finish, streamed=True)
+                    if req.return_token_ids:
+                        choice["token_ids"] = piece_ids
                     if finish:
                         choice["stop_reason"] = None
                     yield _sse({**chunk_head, "choices": [choice]})
@@ -811,6 +833,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     a("--bad-metrics", choices=("malformed", "missing"), default=None,
       help="/metrics answers unparseable text, or 404, after --metrics-fault-after good scrapes")
     a("--metrics-fault-after", type=int, default=0, help="good /metrics scrapes before --bad-metrics starts")
+    a("--tail-after", type=int, default=None, help="output tokens before a repeating tail (a loop)")
+    a("--eos-token-id", type=int, default=None, help="the --tail-after tail starts with this EOS token")
     a("--slowdown", type=float, default=1.0, help="multiplies step time (a planted regression)")
     a("--launch-sd", type=float, default=0.0,
       help="planted launch-to-launch noise: each boot multiplies --slowdown by exp(N(0, sd)), drawn once (/truth "
