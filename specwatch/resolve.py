@@ -114,7 +114,10 @@ def _method_runs(method: str, image: ImageSpec) -> str | None:
         return None
     if image.backend not in BACKENDS:
         return None  # reported at the image's own place
-    return method_refusal(method, BACKENDS[image.backend].package(image), image.version)
+    backend = BACKENDS[image.backend]
+    if not backend.knows_package and "package" not in image.model_fields_set:
+        return None  # a container or endpoint of an unnamed build (a fork, e.g.): its server decides
+    return method_refusal(method, backend.package(image), image.version)
 
 
 def _early_exit(arm: ArmSpec, spec: ExperimentSpec) -> str | None:

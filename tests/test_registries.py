@@ -35,6 +35,7 @@ class FixtureBackend:
 
     name = "fixture"
     containers = False
+    knows_package = False
     launcher = None
 
     def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:

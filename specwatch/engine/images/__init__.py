@@ -24,6 +24,9 @@ class ImageBackend(Protocol):
     name: str
     containers: bool  # its images are containers, run only by launchers that run containers
     launcher: str | None  # the launcher its images always take, whatever the arm names (None: the arm's)
+    # True: `package` is what the image has (installed or probed); False: the file's `package` is an
+    # assumption unless written there (a container or endpoint runs whatever build it was made with)
+    knows_package: bool
 
     def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
         """What is wrong with an image of this backend (`on_disk`: its files are checked too)."""

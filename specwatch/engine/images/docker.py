@@ -85,6 +85,7 @@ class DockerBackend:
     name = "docker"
     containers = True
     launcher: str | None = None
+    knows_package = False
 
     def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
         if problem := wheelhouse_missing(spec, on_disk):

@@ -17,6 +17,7 @@ class EndpointBackend:
     name = "endpoint"
     containers = False
     launcher: str | None = "endpoint"  # already running: whatever the arm names, nothing is started
+    knows_package = False
 
     def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
         if problem := installs_nothing(spec):

@@ -78,6 +78,7 @@ class PythonBackend:
     name = "python"
     containers = False
     launcher: str | None = None
+    knows_package = True
 
     def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
         if "python" not in spec.model_fields_set:  # the default is a venv's base interpreter, not an environment

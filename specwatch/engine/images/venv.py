@@ -125,6 +125,7 @@ class VenvBackend:
     name = "venv"
     containers = False
     launcher: str | None = None
+    knows_package = True
 
     def check_image(self, spec: ImageSpec, on_disk: bool) -> str | None:
         if problem := wheelhouse_missing(spec, on_disk):
