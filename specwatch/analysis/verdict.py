@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field, replace
 from statistics import median
 
-from specwatch.analysis.acceptance import decay, tail_collapsed
+from specwatch.analysis.acceptance import decay, pooled_positions, tail_collapsed
 from specwatch.analysis.cost import CostPrediction, fit_step_time, predict_k, prediction_error, step_time_from
 from specwatch.analysis.decision import CellVerdict, Verdict, VerdictRule, experiment_verdict
 from specwatch.analysis.intervals import DiffCI
@@ -154,21 +154,9 @@ def acceptance_curves(result: RunResult, spec: ExperimentSpec) -> list[ArmCurve]
     """
     curves = []
     for arm in spec.arms:
-        drafts: list[float] = []
-        accepted: list[float] = []
-        for block in _ok_blocks(result, arm.name):
-            for cell in block.cells:
-                w = cell.window
-                if cell.rejected or not w.num_drafts or not w.accepted_per_position:
-                    continue
-                for pos, value in enumerate(w.accepted_per_position):
-                    if pos == len(accepted):
-                        drafts.append(0.0)
-                        accepted.append(0.0)
-                    drafts[pos] += w.num_drafts
-                    accepted[pos] += value
-        if drafts:
-            per_pos = [a / d for a, d in zip(accepted, drafts, strict=True)]
+        per_pos = pooled_positions(cell.window for block in _ok_blocks(result, arm.name) for cell in block.cells
+                                   if not cell.rejected)
+        if per_pos:
             curves.append(ArmCurve(arm.name, len(per_pos), per_pos, decay(per_pos),
                                    tail_collapsed(per_pos, spec.verdict.tail_floor)))
     return curves

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import median
 
+from specwatch.analysis.acceptance import pooled_positions
 from specwatch.records import CellResult, RunResult
 from specwatch.spec import ExperimentSpec
 
@@ -35,7 +36,6 @@ def _row(arm: str, prompt_class: str, cells: list[CellResult], flag_ratio: float
     clean = [c.window for c in cells if not looped(c, flag_ratio) and c.window.num_drafts]
     drafts = sum(w.num_drafts or 0.0 for w in clean)
     accepted = sum(w.num_accepted_tokens or 0.0 for w in clean)
-    k = min((len(w.accepted_per_position or []) for w in clean), default=0)
     judged = [r for c in cells for r in c.requests
               if r.status == "ok" and r.pre_eos_tokens is not None and r.completion_tokens]
     total = sum(r.completion_tokens or 0 for r in judged)
@@ -43,8 +43,7 @@ def _row(arm: str, prompt_class: str, cells: list[CellResult], flag_ratio: float
     return ClassRow(
         arm=arm, prompt_class=prompt_class, cells=len(cells), looped=sum(looped(c, flag_ratio) for c in cells),
         mean_acceptance_length=1.0 + accepted / drafts if drafts else None,
-        per_position=[sum((w.accepted_per_position or [])[i] for w in clean) / drafts for i in range(k)]
-        if drafts else [],
+        per_position=pooled_positions(clean),
         repetition_ratio=median(ratios) if ratios else None,
         eos_tail_share=(total - sum(r.pre_eos_tokens or 0 for r in judged)) / total if total else None,
     )
