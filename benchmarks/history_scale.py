@@ -73,7 +73,7 @@ class Generator:
     def __init__(self, nights: int, blocks: int, rpc: int, seed: int = 0) -> None:
         self.nights, self.blocks, self.rpc = nights, blocks, rpc
         self.rng = np.random.default_rng(seed)
-        spec = load_spec(REPO / "examples" / "cpu-ngram.yaml")
+        spec = load_spec(REPO / "examples" / "cpu-ngram-generated.yaml")
         self.experiment = spec.model_dump(mode="json")
         self.experiment["design"]["blocks"] = blocks
         self.experiment_text = json.dumps(self.experiment)

@@ -94,7 +94,7 @@ def test_files_that_would_exhaust_the_parser_are_one_line(tmp_path: Path, conten
     assert len(err.value.problems) == 1 and problem in err.value.problems[0]
 
 
-EXAMPLE = yaml.safe_load((REPO / "examples" / "cpu-ngram.yaml").read_text())
+EXAMPLE = yaml.safe_load((REPO / "examples" / "cpu-ngram-generated.yaml").read_text())
 
 
 def _problems(tmp_path: Path, **sections: dict) -> list[str]:

@@ -15,7 +15,7 @@ from specwatch.store.rundir import write_raw
 from specwatch_testing import records as rf
 from specwatch_testing.server import run_fake_vllm
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram-generated.yaml"
 runner = CliRunner()
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 

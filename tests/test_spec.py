@@ -7,7 +7,8 @@ from specwatch.plan import plan
 from specwatch.resolve import load_spec, resolve
 from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram-generated.yaml"
+DEMO = Path(__file__).parent.parent / "examples" / "cpu-ngram.yaml"
 
 
 def write(tmp_path: Path, doc: dict) -> Path:
@@ -34,6 +35,15 @@ def test_example_is_valid_and_builds_the_speculative_config() -> None:
     assert spec.arms[1].speculative.config_json() == (
         '{"method":"ngram","num_speculative_tokens":5,"prompt_lookup_max":4,"prompt_lookup_min":2}'
     )
+
+
+def test_the_demo_asks_ngram_against_no_speculation_on_the_real_model() -> None:
+    # issue 21 "Defaults": `make demo` runs the real model; issue 22: adaptive rounds, decided within ~20 min
+    spec = load_spec(DEMO)
+    assert spec.model.package == "smollm2-135m" and spec.baseline == "nospec"
+    assert spec.arm("nospec").speculative is None and spec.arm("k5").speculative.k == 5
+    assert (spec.design.blocks, spec.design.adaptive, spec.design.max_blocks) == (2, True, 3)
+    assert set(spec.confounds()["k5"]) <= set(spec.design.varies or []) and spec.workload.protocol == "chat"
 
 
 def test_unknown_field_names_the_field_and_the_fix(tmp_path: Path) -> None:
