@@ -203,6 +203,27 @@ def calibrate(
     raise typer.Exit(outcome.exit_code)
 
 
+@app.command("export-variance")
+def export_variance(
+    run_id: Annotated[str, typer.Argument(help="the run id of a stored A/A calibration (specwatch calibrate)")],
+    out_file: Annotated[Path, typer.Argument(help="the JSON file to write")],
+    db: DbOption = None,
+) -> None:
+    """Write a calibration's launch variances and key to a file that design.variance_from can name, or that
+    specwatch/priors/ ships (consulted by every run whose key matches)."""
+    from specwatch.store.prior_file import export_calibration
+    from specwatch.store.priors import PriorError
+
+    try:
+        made = export_calibration(_existing_db(db), run_id, out_file)
+    except PriorError as exc:
+        raise _fail(str(exc)) from None
+    k = made.key
+    out.print(f"{len(made.variances)} launch variance(s) of calibration {run_id} (arm {made.arm}) written to "
+              f"{out_file}; key: {k.platform}, {k.hardware} x{k.hardware_count}, image {k.image}, model {k.model}",
+              highlight=False)
+
+
 @app.command("sweep")
 def sweep_command(
     file: Annotated[Path, typer.Argument(help="experiment YAML (its sweep: section; defaults without one)")],

@@ -292,3 +292,105 @@ def test_the_composite_is_the_sd_of_the_per_round_mean_not_of_the_cells(aa: Expe
     found = {(v.cell, v.metric): v for v in launch_variances(rf.run("aa-1", arms), a, b, judged_cells(aa))}
     assert found[("closed/c1/code/p128", DECODE)].sd > 0.05
     assert found[(COMPOSITE, DECODE)].sd == pytest.approx(0.0, abs=1e-12)
+
+
+# --- a calibration exported to a file (design.variance_from: FILE.json, the shipped library) ---
+
+def exported(tmp_path: Path, aa: ExperimentSpec, name: str = "aa.json") -> tuple[Path, Path]:
+    from specwatch.store.prior_file import export_calibration
+
+    db = stored(tmp_path, aa)
+    out = tmp_path / "lib" / name
+    export_calibration(db, "aa-1", out)
+    return db, out
+
+
+def test_an_exported_file_gives_what_the_table_gives(tmp_path: Path, aa: ExperimentSpec) -> None:
+    from specwatch.store.prior_file import read_prior_file
+
+    db, file = exported(tmp_path, aa)
+    f = read_prior_file(file, "x")
+    assert (f.run_id, f.arm, f.key.hardware, f.key.hardware_count, f.key.image) == ("aa-1", "k2", "Xeon 8480", 2,
+                                                                                     DIGEST)
+    by_id = priors_for(db, ExperimentSpec.model_validate(spec_doc(tmp_path, variance_from="aa-1")), facts())
+    by_file = priors_for(tmp_path / "none.duckdb",
+                         ExperimentSpec.model_validate(spec_doc(tmp_path, variance_from=str(file))), facts())
+    assert by_file.keys() == by_id.keys() and (COMPOSITE, DECODE) in by_file
+    for unit, prior in by_id.items():
+        assert (by_file[unit].sd, by_file[unit].df) == pytest.approx((prior.sd, prior.df))
+    assert by_file[(COMPOSITE, DECODE)].source.startswith("A/A calibration aa-1 (file aa.json) (latest ")
+
+
+def test_a_named_file_from_another_platform_is_refused_in_one_line(tmp_path: Path, aa: ExperimentSpec) -> None:
+    _, file = exported(tmp_path, aa)
+    run = ExperimentSpec.model_validate(spec_doc(tmp_path, variance_from=str(file)))
+    with pytest.raises(PriorError) as exc:
+        priors_for(tmp_path / "none.duckdb", run, facts(host=CPU.model_copy(update={"cpu_count": 16})))
+    line = str(exc.value)
+    assert "\n" not in line and line.startswith(
+        f"design.variance_from={str(file)!r}: that calibration (run aa-1, arm 'k2') was measured with another key: "
+        "hardware_count 2 there, 16 here; fix: calibrate on this kind of host")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "cannot read"),
+    ("{}", "is not a variance file (run_id: Field required)"),
+    ('{"format": "x/9"', "is not a variance file"),
+])
+def test_a_named_file_that_is_no_variance_file_is_one_line(tmp_path: Path, content: str | None, says: str) -> None:
+    file = tmp_path / "v.json"
+    if content is not None:
+        file.write_text(content)
+    run = ExperimentSpec.model_validate(spec_doc(tmp_path, variance_from=str(file)))
+    with pytest.raises(PriorError) as exc:
+        priors_for(tmp_path / "none.duckdb", run, facts())
+    assert "\n" not in str(exc.value) and says in str(exc.value) and "fix: write it with" in str(exc.value)
+
+
+def test_the_shipped_library_is_used_only_where_its_key_matches(tmp_path: Path, aa: ExperimentSpec) -> None:
+    _, file = exported(tmp_path, aa)
+    run = ExperimentSpec.model_validate(spec_doc(tmp_path))
+    here = priors_for(tmp_path / "none.duckdb", run, facts(), library=file.parent)
+    assert here[(COMPOSITE, DECODE)].df == 2 and "(file aa.json)" in here[(COMPOSITE, DECODE)].source
+    # another kind of host: the library is silent (the run learns its own variance), never an error
+    assert priors_for(tmp_path / "none.duckdb", run, facts(digest="sha256:" + "b" * 64), library=file.parent) == {}
+
+
+def test_a_shipped_calibration_also_in_the_table_counts_once(tmp_path: Path, aa: ExperimentSpec) -> None:
+    db, file = exported(tmp_path, aa)
+    prior = priors_for(db, ExperimentSpec.model_validate(spec_doc(tmp_path)), facts(), library=file.parent)
+    assert prior[(COMPOSITE, DECODE)].df == 2 and "file" not in prior[(COMPOSITE, DECODE)].source
+
+
+def test_a_relative_variance_file_resolves_against_the_experiment_file(tmp_path: Path) -> None:
+    import yaml
+
+    from specwatch.spec.load import parse_spec
+
+    (tmp_path / "exp").mkdir()
+    for named, want in (("../priors/v.json", str((tmp_path / "priors" / "v.json").resolve())), ("aa-1", "aa-1")):
+        file = tmp_path / "exp" / "e.yaml"
+        file.write_text(yaml.safe_dump(spec_doc(tmp_path, variance_from=named)))
+        assert parse_spec(file).design.variance_from == want
+
+
+def test_export_variance_writes_the_file_and_refuses_an_unknown_run_in_one_line(tmp_path: Path,
+                                                                              aa: ExperimentSpec) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    db = stored(tmp_path, aa)
+    runner = CliRunner()
+    res = runner.invoke(app, ["export-variance", "aa-1", str(tmp_path / "v.json"), "--db", str(db)])
+    assert res.exit_code == 0, res.output
+    assert "written to" in res.output and (tmp_path / "v.json").exists()
+    res = runner.invoke(app, ["export-variance", "nope", str(tmp_path / "w.json"), "--db", str(db)])
+    assert res.exit_code == 1 and "Traceback" not in res.output and not (tmp_path / "w.json").exists()
+
+
+def test_the_shipped_files_are_variance_files() -> None:
+    from specwatch.store.prior_file import shipped
+
+    for path, f in shipped():
+        assert f.variances and f.key.platform in {"cpu", "gpu"}, path

@@ -181,7 +181,8 @@ def variance_used(values: Sequence[float], prior: PriorVariance | None,
         return None
     own_sd = f"{math.sqrt(own_var):.3f}" if own_df else "n/a"
     if prior is None:
-        return VarianceUsed(math.sqrt(var), int(df), f"this run (sd {own_sd}, df {own_df})")
+        return VarianceUsed(math.sqrt(var), int(df), f"this run (sd {own_sd}, df {own_df}); no stored A/A "
+                            "variance matches this cell, metric, platform, hardware, image and model")
     stored = f"{prior.source} (sd {prior.sd:.3f}, df {prior.df})"
     if used:
         return VarianceUsed(math.sqrt(var), int(df), f"pooled: {stored} + this run (sd {own_sd}, df {own_df})", True)

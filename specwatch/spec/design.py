@@ -32,8 +32,9 @@ class DesignSpec(Strict):
     probes: Annotated[Requests, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
     probe_tokens: Annotated[Tokens, Field(ge=2)] = 32
     variance_from: str | None = Field(default=None, description="the run id of an A/A calibration (specwatch "
-                                      "calibrate) whose launch variance this run uses, and no other; refused when "
-                                      "it was measured on another platform, hardware, image or model")
+                                      "calibrate), or a file it was exported to (*.json, relative to the "
+                                      "experiment file), whose launch variance this run uses, and no other; "
+                                      "refused when it was measured on another platform, hardware, image or model")
 
     @model_validator(mode="after")
     def _coherent(self) -> DesignSpec:

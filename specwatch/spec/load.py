@@ -167,17 +167,20 @@ def _read_yaml(path: Path) -> Any:
 
 
 def parse_spec(path: Path) -> ExperimentSpec:
-    """Read and parse an experiment file; relative model paths resolve against the file's folder.
+    """Read and parse an experiment file; relative paths (model, corpus, a variance file) resolve against the
+    file's folder.
 
     Parsing only: the names it holds are checked against the registries by specwatch.resolve.
     """
     raw = _read_yaml(path)
     if not isinstance(raw, dict):
         raise SpecError(str(path), ["the file must be a YAML mapping (name:, model:, images:, arms:, ...)"])
-    for section, key in (("model", "path"), ("workload", "corpus")):
+    for section, key in (("model", "path"), ("workload", "corpus"), ("design", "variance_from")):
         node = raw.get(section)
-        # a path that cannot be one (a NUL byte, ~nosuchuser) is left for validation to name
-        if isinstance(node, dict) and isinstance(node.get(key), str) and "\0" not in node[key]:
+        # a path that cannot be one (a NUL byte, ~nosuchuser) is left for validation to name; variance_from
+        # is a path only when it names an exported file (a run id is left as it is)
+        if (isinstance(node, dict) and isinstance(node.get(key), str) and "\0" not in node[key]
+                and (key != "variance_from" or node[key].endswith(".json"))):
             with contextlib.suppress(ValueError):
                 p = expand(Path(node[key]))
                 node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())

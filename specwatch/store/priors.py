@@ -14,8 +14,9 @@ the run's own rounds disagree with.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Mapping
-from dataclasses import asdict, astuple, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,25 +32,12 @@ from specwatch.engine.platforms import platform_of
 from specwatch.records import CheckpointFacts, HostFacts, ImageRef, RunResult
 from specwatch.spec import ExperimentSpec
 from specwatch.store import db
+from specwatch.store.prior_file import SHIPPED, PriorFile, read_prior_file, shipped
+from specwatch.store.prior_key import PriorError, VarianceKey, key_differences
 
 # The cell id of a metric's composite in `priors_for`'s mapping and in the table: sequential's reserved
 # name, so that a prior's key is the unit's (cell, metric) in the decision's results.
 COMPOSITE_CELL = COMPOSITE
-
-
-class PriorError(ValueError):
-    """A stored variance this run cannot use; one line with the field, the value, what differs and the fix."""
-
-
-@dataclass(frozen=True)
-class VarianceKey:
-    """What makes a launch variance comparable between runs."""
-
-    platform: str  # specwatch.engine.platforms: cpu, gpu; unknown for an endpoint
-    hardware: str  # the GPU model on gpu, else the CPU model
-    hardware_count: int  # GPUs on gpu, else CPU cores
-    image: str  # the baseline arm's image digest (an endpoint has none: its URL)
-    model: str  # the checkpoint's config.json sha256, "+gguf:<sha256>" for a packaged model; "none" for an endpoint
 
 
 @dataclass(frozen=True)
@@ -65,6 +53,20 @@ class RunFacts:
         """A finished run's facts (its launches carry the images they ran)."""
         images = {a.image: a.image_ref for a in result.arms if a.image_ref is not None}
         return cls(result.provenance.host, images, result.checkpoint)
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """One calibration's variance of one cell and metric, from the table or a file."""
+
+    label: str  # how the report names its calibration
+    run_id: str
+    cell: str
+    metric: str
+    composite_of: str | None
+    sd: float
+    df: int
+    measured_at: datetime
 
 
 def variance_key(spec: ExperimentSpec, facts: RunFacts) -> VarianceKey | None:
@@ -120,20 +122,44 @@ def store_calibration(db_path: Path, aa: ExperimentSpec, result: RunResult, arm:
     return measured
 
 
-def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts) -> dict[tuple[str, str], PriorVariance]:
+def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts,
+               library: Path = SHIPPED) -> dict[tuple[str, str], PriorVariance]:
     """The stored launch variances this run may use, keyed (cell id, metric name); a metric's composite
     under (COMPOSITE_CELL, metric).
 
-    Only calibrations whose VarianceKey equals this run's count, and several of them are pooled
-    (df-weighted variance, df summed). A composite is returned only when its calibration averaged the
-    same cells as this run's composite (judged_cells). With `design.variance_from: RUN_ID` only that
-    calibration is used, and PriorError says which key part differs when it was measured elsewhere.
-    Whether a prior is then used (enough pooled df, the F check) is sequential.decide's call.
+    Only calibrations whose VarianceKey equals this run's count: those in the table and the variance files
+    shipped in `library` (a file whose calibration is also in the table counts once). Several are pooled
+    (df-weighted variance, df summed). A composite is returned only when its calibration averaged the same
+    cells as this run's composite (judged_cells). `design.variance_from` names one calibration, a run id or
+    an exported file (`*.json`), and no other is used; PriorError says which key part differs when it was
+    measured elsewhere. Whether a prior is then used (enough pooled df, the F check) is sequential.decide's.
     """
     key = variance_key(spec, facts)
     named = spec.design.variance_from
-    if key is None or (not db_path.exists() and named is None):
+    if key is None:
         return {}
+    field = f"design.variance_from={named!r}"
+    if named is not None and is_variance_file(named):
+        stored = _file_rows(Path(named), read_prior_file(Path(named), field), key, field)
+    else:
+        stored = _table_rows(db_path, key, named)
+        if named is None:
+            seen = {r.run_id for r in stored}
+            stored += [r for path, f in shipped(library) if f.variance_key == key
+                       for r in _file_rows(path, f, key, field) if r.run_id not in seen]
+    return _pooled(stored, " ".join(judged_cells(spec)))
+
+
+def is_variance_file(named: str) -> bool:
+    """design.variance_from names an exported file, not a run id (run ids never end in .json)."""
+    return named.endswith(".json")
+
+
+def _table_rows(db_path: Path, key: VarianceKey, named: str | None) -> list[_Stored]:
+    if not db_path.exists():
+        if named is not None:
+            raise _no_calibration(named, db_path)
+        return []
     con = db.connect(db_path)
     try:
         if named is not None:
@@ -141,15 +167,43 @@ def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts) -> dict[tup
         rows = db.query_df(con, db.load_sql("priors/for_key.sql"), {**asdict(key), "run_id": named})
     finally:
         con.close()
-    cells = " ".join(judged_cells(spec))
-    out: dict[tuple[str, str], PriorVariance] = {}
-    for r in rows.itertuples(index=False):
+    return [_Stored(str(r.run_id), str(r.run_id), str(r.cell), str(r.metric),
+                    None if pd.isna(r.composite_of) else str(r.composite_of), float(r.sd), int(r.df),
+                    pd.Timestamp(r.measured_at).to_pydatetime()) for r in rows.itertuples(index=False)]
+
+
+def _file_rows(path: Path, f: PriorFile, key: VarianceKey, field: str) -> list[_Stored]:
+    """A variance file's rows; PriorError when it was measured under another key (only a named file can be)."""
+    if differ := key_differences(f.variance_key, key):
+        raise PriorError(f"{field}: that calibration (run {f.run_id}, arm {f.arm!r}) was measured with another "
+                         f"key: {'; '.join(differ)}; fix: calibrate on this kind of host (`specwatch calibrate "
+                         "FILE --arm BASELINE`, then `specwatch export-variance`) and name that, or remove "
+                         "design.variance_from")
+    label = f"{f.run_id} (file {path.name})"
+    return [_Stored(label, f.run_id, v.cell, v.metric, v.composite_of, v.sd, v.df, f.measured_at)
+            for v in f.variances if v.df > 0]
+
+
+def _pooled(stored: list[_Stored], cells: str) -> dict[tuple[str, str], PriorVariance]:
+    groups: dict[tuple[str, str], list[_Stored]] = {}
+    for r in stored:
         if r.cell == COMPOSITE_CELL and r.composite_of != cells:
             continue  # a composite over other cells has another variance
-        when = pd.Timestamp(r.measured_at).strftime("%Y-%m-%d")
-        out[(str(r.cell), str(r.metric))] = PriorVariance(float(r.sd), int(r.df), f"A/A calibration {r.runs} "
-                                                          f"(latest {when})")
+        groups.setdefault((r.cell, r.metric), []).append(r)
+    out: dict[tuple[str, str], PriorVariance] = {}
+    for unit, rs in sorted(groups.items()):
+        df = sum(r.df for r in rs)
+        sd = math.sqrt(sum(r.df * r.sd**2 for r in rs) / df)
+        labels = ", ".join(sorted({r.label for r in rs}))
+        when = max(r.measured_at for r in rs).strftime("%Y-%m-%d")
+        out[unit] = PriorVariance(sd, df, f"A/A calibration {labels} (latest {when})")
     return out
+
+
+def _no_calibration(run_id: str, db_path: Path) -> PriorError:
+    return PriorError(f"design.variance_from={run_id!r}: no calibration with that run id in {db_path}; fix: run "
+                      "`specwatch calibrate FILE --arm BASELINE` and name its run id (or its exported file), or "
+                      "remove design.variance_from")
 
 
 def _check_named(con: duckdb.DuckDBPyConnection, run_id: str, key: VarianceKey, db_path: Path) -> None:
@@ -157,12 +211,8 @@ def _check_named(con: duckdb.DuckDBPyConnection, run_id: str, key: VarianceKey, 
     stored = con.execute(db.load_sql("priors/run_key.sql"), {"run_id": run_id}).fetchall()
     field = f"design.variance_from={run_id!r}"
     if not stored:
-        raise PriorError(f"{field}: no calibration with that run id in {db_path}; fix: run `specwatch calibrate FILE "
-                         "--arm BASELINE` and name its run id, or remove design.variance_from")
-    there = VarianceKey(*stored[0][:5])
-    differ = [f"{f.name} {a!r} there, {b!r} here" for f, a, b in zip(fields(VarianceKey), astuple(there),
-                                                                         astuple(key), strict=True) if a != b]
-    if differ:
+        raise _no_calibration(run_id, db_path)
+    if differ := key_differences(VarianceKey(*stored[0][:5]), key):
         raise PriorError(f"{field}: that calibration (arm {stored[0][5]!r}) was measured with another key: "
                          f"{'; '.join(differ)}; fix: calibrate with this run's platform, hardware, image and model "
                          "(`specwatch calibrate FILE --arm BASELINE` on this kind of host) and name that run, or "
