@@ -4,7 +4,8 @@
 A variance is comparable between runs only on the same platform, CPU or GPU model and count, image and
 model (`VarianceKey`); it is never keyed by hostname, since GPU hosts are fresh machines. The key is
 read from the run's facts (`RunFacts`), known once its images are built and its checkpoint is checked,
-before the first launch: that is when the runner asks `priors_for`.
+before the first launch: that is when the runner asks `priors_for`. Calibrations travel as files too
+(specwatch/store/prior_file.py): one named by design.variance_from, or those shipped in specwatch/priors/.
 
 The key's image is the baseline arm's: an A/A of the baseline is what a calibration usually runs.
 It can understate a candidate's variance (docs/verdict.md); sequential.decide's F check drops a prior
@@ -139,7 +140,7 @@ def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts,
     if key is None:
         return {}
     field = f"design.variance_from={named!r}"
-    if named is not None and is_variance_file(named):
+    if named is not None and _is_variance_file(named):
         stored = _file_rows(Path(named), read_prior_file(Path(named), field), key, field)
     else:
         stored = _table_rows(db_path, key, named)
@@ -150,7 +151,7 @@ def priors_for(db_path: Path, spec: ExperimentSpec, facts: RunFacts,
     return _pooled(stored, " ".join(judged_cells(spec)))
 
 
-def is_variance_file(named: str) -> bool:
+def _is_variance_file(named: str) -> bool:
     """design.variance_from names an exported file, not a run id (run ids never end in .json)."""
     return named.endswith(".json")
 
