@@ -65,12 +65,14 @@ class WorkloadSpec(Strict):
     min_waves: PositiveInt = Field(
         default=1, description="a closed-loop cell at concurrency c sends at least min_waves x c requests: with "
         "only c it is one burst, whose ramp is the whole cell and never a steady batch of c")
-    # 16 whole waves: at 4 the last wave's drain was 12-26% of a c>=16 cell on the H200 and its length
-    # alone moved the aggregate by sd 0.026 (log); at 16 it is ~4% and ~0.007 (benchmarks/README.md section
-    # 11). Waves, not seconds: a count from the file is the same for every arm and round, whatever their speed.
+    # 16 whole waves: at 4 the last wave's drain was 12-26% of a c>=16 cell on the H200, and the window's
+    # own noise in a round's log-ratio ~0.07-0.08; at 16 ~4% and ~0.03-0.04, below the +-5% band, for 10-16 s
+    # per cell (benchmarks/README.md section 11). Waves, not seconds: a count from the file is the same for
+    # every arm and round, whatever their speed.
     batched_waves: PositiveInt | None = Field(
-        default=16, description=f"a closed-loop cell at concurrency c >= {BATCHED_CONCURRENCY} sends at least "
-        "batched_waves x c requests, in whole waves of c; null = off (requests_per_cell and min_waves alone)")
+        default=16, validate_default=True, description=f"a closed-loop cell at concurrency c >= "
+        f"{BATCHED_CONCURRENCY} sends at least batched_waves x c requests, in whole waves of c; null = off "
+        "(requests_per_cell and min_waves alone)")
     duration_s: PositiveFloat | None = Field(
         default=None, description="closed loop for this long per cell instead of requests_per_cell requests; "
         "one arm only (resolve.py says why)"
