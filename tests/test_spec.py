@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specwatch.calibrate import aa_spec
 from specwatch.plan import plan
 from specwatch.resolve import load_spec, resolve
 from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec
@@ -217,4 +218,8 @@ def test_a_duration_is_for_one_arm(tmp_path: Path) -> None:
                            "different requests") and "fix: remove duration_s" in line and "\n" not in line
     doc["arms"] = doc["arms"][:1]
     doc["baseline"] = doc["arms"][0]["name"]
-    assert load_spec(write(tmp_path, doc)).workload.duration_s == 30  # one arm: nothing is compared
+    one = load_spec(write(tmp_path, doc))
+    assert one.workload.duration_s == 30  # one arm: nothing is compared
+    with pytest.raises(SpecError) as info:  # an A/A compares its two slots: the flow resolves it before any launch
+        resolve(aa_spec(one, one.baseline, 3))
+    assert info.value.problems[0].startswith("workload.duration_s: 30 s with 2 arms compared")
