@@ -25,6 +25,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # at run time the catalogue imports nothing of specwatch: spec validation imports it
     from specwatch.records import CellResult, RequestSample
 
+# From this concurrency a closed-loop cell is "batched": a metric with a `batched` stand-in is judged on
+# it, and its requests are not paired (analysis/pairing.py), and the cell is sized in whole waves
+# (`workload.batched_waves`). With many streams a request's rate is set by which other requests share
+# its steps, which differs between the arms even for identical prompts, so pairing by prompt takes out
+# little; the median of a 2-6 s cell's per-request rates swung +-20-50% between its eighths (issue 22,
+# the shared H200 run). Aggregate throughput counts every token of the cell over its wall time: the
+# capacity a batched deployment buys, with no per-request selection, and over the shared run's 3 rounds
+# its per-round log-ratio was no noisier than the paired one (sd 0.29 vs 0.31 pooled over the c>=16
+# cells; benchmarks/README.md section 11). Below it, and in open-loop rate cells (whose throughput is
+# the offered rate, whatever the server), paired per-request rates are the better-estimated quantity.
+BATCHED_CONCURRENCY = 16
+
 
 @dataclass(frozen=True)
 class DeltaCheck:
@@ -66,6 +78,8 @@ class Metric:
     # The same figure per request, where a request has one: the sequential verdict pairs the arms'
     # requests by index within a round (analysis/pairing.py). None: only the cell figure exists.
     request: Callable[[RequestSample], float | None] | None = None
+    # The metric judged in its place in a batched closed-loop cell (c >= BATCHED_CONCURRENCY), by name.
+    batched: str | None = None
 
     def value(self, cell: CellResult) -> float | None:
         value = self.compute(cell)
@@ -86,7 +100,8 @@ _E2E = ReportColumn("E2E p50/p99 ms", ".0f")
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("decode_tok_s", "decode_tok_s_median", True, "tok/s", "decode tok/s", ".1f", _field("decode_tok_s_median"),
-           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode", request=attrgetter("decode_tok_s")),
+           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode", request=attrgetter("decode_tok_s"),
+           batched="aggregate_tok_s"),
     Metric("aggregate_tok_s", "aggregate_tok_s", True, "tok/s", "aggregate tok/s", ".1f", _field("aggregate_tok_s"),
            judged=True),
     Metric("ttft", "ttft_s_median", False, "s", "TTFT s", ".3f", _field("ttft_s_median"), judged=True,
@@ -118,6 +133,13 @@ CATALOGUE: tuple[Metric, ...] = (
 )
 
 METRICS: dict[str, Metric] = {m.name: m for m in CATALOGUE if m.judged}
+
+
+def judged_at(metric: Metric, concurrency: int | None) -> Metric:
+    """The metric a cell at `concurrency` (None: an open-loop cell) is judged on for `metric`."""
+    if metric.batched is None or concurrency is None or concurrency < BATCHED_CONCURRENCY:
+        return metric
+    return METRICS[metric.batched]
 
 
 # The functions below read CATALOGUE when called, not when defined, so a metric registered on a copy

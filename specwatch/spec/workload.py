@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
 
-from specwatch.spec.base import Concurrency, Requests, Seed, Strict, Tokens, cap, is_stored
+from specwatch.analysis.metrics import BATCHED_CONCURRENCY
+from specwatch.spec.base import MAX_REQUESTS, Concurrency, Requests, Seed, Strict, Tokens, cap, is_stored
 
 
 def corpus_name(path: Path) -> str:
@@ -64,8 +65,17 @@ class WorkloadSpec(Strict):
     min_waves: PositiveInt = Field(
         default=1, description="a closed-loop cell at concurrency c sends at least min_waves x c requests: with "
         "only c it is one burst, whose ramp is the whole cell and never a steady batch of c")
+    # 16 whole waves: at 4 the last wave's drain was 12-26% of a c>=16 cell on the H200, and the window's
+    # own noise in a round's log-ratio ~0.07-0.08; at 16 ~4% and ~0.03-0.04, below the +-5% band, for 10-16 s
+    # per cell (benchmarks/README.md section 11). Waves, not seconds: a count from the file is the same for
+    # every arm and round, whatever their speed.
+    batched_waves: PositiveInt | None = Field(
+        default=16, validate_default=True, description=f"a closed-loop cell at concurrency c >= "
+        f"{BATCHED_CONCURRENCY} sends at least batched_waves x c requests, in whole waves of c; null = off "
+        "(requests_per_cell and min_waves alone)")
     duration_s: PositiveFloat | None = Field(
-        default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
+        default=None, description="closed loop for this long per cell instead of requests_per_cell requests; "
+        "one arm only (resolve.py says why)"
     )
     warmup_requests: Annotated[Requests, Field(ge=0)] = 2
     warmup_wave: bool = Field(
@@ -99,8 +109,12 @@ class WorkloadSpec(Strict):
         return [corpus_name(self.corpus)] if self.corpus is not None else list(self.prompt_classes)
 
     def cell_requests(self, concurrency: int | None) -> int:
-        """Requests in one cell: requests_per_cell, or min_waves x c if more (closed loop)."""
-        return max(self.requests_per_cell, self.min_waves * (concurrency or 0))
+        """Requests in one cell: requests_per_cell, or min_waves x c if more (closed loop); from c >=
+        BATCHED_CONCURRENCY at least batched_waves x c, rounded up to whole waves (a part wave only adds drain)."""
+        requests = max(self.requests_per_cell, self.min_waves * (concurrency or 0))
+        if self.batched_waves is None or concurrency is None or concurrency < BATCHED_CONCURRENCY:
+            return requests
+        return max(-(-requests // concurrency), self.batched_waves) * concurrency
 
     @property
     def max_streams(self) -> int:
@@ -127,6 +141,15 @@ class WorkloadSpec(Strict):
             raise ValueError(f"client_workers {workers} is more than the {cores} cores this process may use "
                              f"(os.sched_getaffinity); set client_workers <= {cores} or leave it unset (auto)")
         return workers
+
+    @field_validator("batched_waves")
+    @classmethod
+    def _waves_fit_the_cap(cls, waves: int | None, info: ValidationInfo) -> int | None:
+        top = max((c for c in info.data.get("concurrency", []) if c >= BATCHED_CONCURRENCY), default=0)
+        if waves is not None and waves * top > MAX_REQUESTS:
+            raise ValueError(f"{waves} waves at concurrency {top} is {waves * top:,} requests, over specwatch's cap "
+                             f"of {MAX_REQUESTS:,} per cell; fix: use at most {MAX_REQUESTS // top:,} waves")
+        return waves
 
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:
