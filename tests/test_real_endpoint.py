@@ -39,6 +39,15 @@ def server(vllm_image: ImageRef, demo_model: Path, tmp_path_factory: pytest.Temp
         yield handle.base_url
 
 
+def on_the_server(url: str, model: Path, rest: dict[str, object]) -> ExperimentSpec:
+    """An experiment of one arm on the module's server, as an endpoint image: nothing boots."""
+    return ExperimentSpec.model_validate({
+        "model": {"path": str(model), "served_name": "demo"},
+        "images": [{"name": "running", "backend": "endpoint", "url": url}],
+        "arms": [{"name": "k3", "image": "running", "speculative": NGRAM}],
+        "baseline": "k3", **rest})
+
+
 async def _calibrate(url: str) -> list[tuple[int, int, int]]:
     """(depth, calibrated tokens, the server's count of the prompt as sent)."""
     out = []
@@ -56,12 +65,8 @@ def test_calibration_is_within_one_token_at_every_depth_on_the_real_tokenizer(se
 
 def test_chat_cells_through_the_models_template(server: str, demo_model: Path, tmp_path: Path) -> None:
     """A chat workload on a real server: calibrated via /tokenize on the rendered messages, counted from usage."""
-    spec = ExperimentSpec.model_validate({
+    spec = on_the_server(server, demo_model, {
         "name": "real-chat",
-        "model": {"path": str(demo_model), "served_name": "demo"},
-        "images": [{"name": "running", "backend": "endpoint", "url": server}],
-        "arms": [{"name": "k3", "image": "running", "speculative": NGRAM}],
-        "baseline": "k3",
         "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
         # 512: vLLM on CPU caches whole 128-token blocks, so multi-turn prefixes must span a few
         "workload": {"protocol": "chat", "prompt_classes": ["qa", "multiturn"], "prompt_tokens": 512,
@@ -97,12 +102,8 @@ def test_a_short_sweep_through_the_flow(server: str, demo_model: Path, prefect_a
     from flows.sweep import sweep
 
     db = tmp_path / "sweep.duckdb"
-    spec = ExperimentSpec.model_validate({
+    spec = on_the_server(server, demo_model, {
         "name": "real-sweep",
-        "model": {"path": str(demo_model), "served_name": "demo"},
-        "images": [{"name": "running", "backend": "endpoint", "url": server}],
-        "arms": [{"name": "k3", "image": "running", "speculative": NGRAM}],
-        "baseline": "k3",
         "design": {"blocks": 1, "probes": 0},
         "workload": {"prompt_classes": ["generated"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
                      "requests_per_cell": 1, "warmup_requests": 1},

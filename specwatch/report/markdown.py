@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from statistics import median
 
-from specwatch.analysis.metrics import BATCHED_CONCURRENCY, Metric, report_columns
+from specwatch.analysis.metrics import Metric, report_columns
 from specwatch.analysis.outputs import output_matches
 from specwatch.analysis.verdict import Assessment
 from specwatch.records import CellResult, RunResult
@@ -19,6 +19,7 @@ from specwatch.report.classes import class_section
 from specwatch.report.decision import decision_lines
 from specwatch.report.rows import VerdictRow, headline, metric_rows
 from specwatch.spec import ExperimentSpec, WorkloadSpec
+from specwatch.spec.workload import BATCHED_CONCURRENCY
 
 REPORT_FILE = "report.md"
 

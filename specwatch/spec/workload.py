@@ -9,8 +9,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
 
-from specwatch.analysis.metrics import BATCHED_CONCURRENCY
 from specwatch.spec.base import MAX_REQUESTS, Concurrency, Requests, Seed, Strict, Tokens, cap, is_stored
+
+# From this concurrency a closed-loop cell is "batched": a metric with a `batched` stand-in
+# (analysis/metrics.py) is judged on it, and its requests are not paired (analysis/pairing.py), and the
+# cell is sized in whole waves
+# (`workload.batched_waves`). With many streams a request's rate is set by which other requests share
+# its steps, which differs between the arms even for identical prompts, so pairing by prompt takes out
+# little; the median of a 2-6 s cell's per-request rates swung +-20-50% between its eighths (issue 22,
+# the shared H200 run). Aggregate throughput counts every token of the cell over its wall time: the
+# capacity a batched deployment buys, with no per-request selection, and over the shared run's 3 rounds
+# its per-round log-ratio was no noisier than the paired one (sd 0.29 vs 0.31 pooled over the c>=16
+# cells; benchmarks/README.md section 11). Below it, and in open-loop rate cells (whose throughput is
+# the offered rate, whatever the server), paired per-request rates are the better-estimated quantity.
+BATCHED_CONCURRENCY = 16
 
 
 def corpus_name(path: Path) -> str:
