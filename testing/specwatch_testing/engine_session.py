@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specwatch.engine import processes
 from specwatch.records import ImageRef
 from specwatch_testing.containers import loopback_registry, podman_service
 
@@ -62,6 +63,8 @@ class EngineSession:
         self._stages = {name: _Stage(name) for name in ("engine", "base", "image")}
         self._thread = threading.Thread(target=self._run, name="container-engine", daemon=True)
         self._before = os.environ.get("DOCKER_HOST")
+        self._closing = threading.Event()
+        self._debootstrap: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -76,8 +79,13 @@ class EngineSession:
         return self._stages["image"].wait()  # type: ignore[return-value]
 
     def close(self) -> None:
-        self._thread.join(WAIT_S)
+        """Stop whatever runs, newest first: debootstrap (its process group), then the service and the
+        registry (a build in flight fails with them), so an interrupted session does not wait it out."""
+        self._closing.set()
+        if self._debootstrap is not None:
+            processes.stop(self._debootstrap, grace_s=10.0)
         self._stack.close()
+        self._thread.join(60)
         shutil.rmtree(self._root, ignore_errors=True)
         if self._before is None:
             os.environ.pop("DOCKER_HOST", None)
@@ -90,6 +98,8 @@ class EngineSession:
         for name, step in steps:
             stage = self._stages[name]
             try:
+                if self._closing.is_set():
+                    raise RuntimeError("the test session ended first")
                 stage.value = step()
             except BaseException as exc:  # noqa: BLE001 - handed to every fixture that waits on this stage
                 for later in list(self._stages.values())[list(self._stages).index(name):]:
@@ -121,10 +131,13 @@ class EngineSession:
 
         tar = self._root / "base" / "rootfs.tar"
         tar.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([*NICE, str(REPO / "deployments" / "docker" / "make-base-image.sh"), str(tar)],
-                              capture_output=True, text=True, timeout=900, check=False)
-        if proc.returncode != 0:
-            raise RuntimeError(f"make-base-image.sh exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        log = self._root / "base" / "make-base-image.log"
+        self._debootstrap = processes.spawn(
+            [*NICE, str(REPO / "deployments" / "docker" / "make-base-image.sh"), str(tar)], dict(os.environ), log,
+            tracked=False)
+        code = self._debootstrap.wait(900)
+        if code != 0 or self._closing.is_set():
+            raise RuntimeError(f"make-base-image.sh exited {code}: {log.read_text()[-2000:]}")
         engine_api.import_rootfs(engine_api.client(), tar, self._base_tag)
         tar.unlink()
         return self._base_tag
