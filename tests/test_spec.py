@@ -107,6 +107,15 @@ def test_requests_per_cell_must_reach_concurrency(tmp_path: Path) -> None:
     assert "requests_per_cell 2 < concurrency 4" in line
 
 
+def test_min_waves_sizes_the_high_concurrency_cells(tmp_path: Path) -> None:
+    """With min_waves > 1 every cell at c sends >= min_waves x c: requests_per_cell may size c=1 alone."""
+    doc = base_doc()
+    doc["workload"]["requests_per_cell"] = 2
+    doc["workload"]["min_waves"] = 4
+    wl = load_spec(write(tmp_path, doc)).workload
+    assert [wl.cell_requests(c) for c in wl.concurrency] == [max(2, 4 * c) for c in wl.concurrency]
+
+
 def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")

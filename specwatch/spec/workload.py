@@ -171,10 +171,13 @@ class WorkloadSpec(Strict):
             raise ValueError(f"burstiness {self.burstiness:g} needs arrival: gamma (Poisson arrivals have "
                              "burstiness 1); set arrival: gamma or drop burstiness")
         top = max(self.concurrency, default=1)
-        if self.requests_per_cell < top:
+        # With min_waves > 1 a closed-loop cell sends min_waves x c requests whatever requests_per_cell says,
+        # so requests_per_cell sizes the low-concurrency cells alone (c=1: requests_per_cell requests).
+        if self.requests_per_cell < top and self.min_waves == 1:
             raise ValueError(
                 f"requests_per_cell {self.requests_per_cell} < concurrency {top}: the cell could never reach "
-                f"its concurrency; set requests_per_cell >= {top}"
+                f"its concurrency; set requests_per_cell >= {top}, or min_waves >= 2 (each cell at c then "
+                "sends at least min_waves x c)"
             )
         return self
 
