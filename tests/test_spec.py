@@ -116,6 +116,21 @@ def test_min_waves_sizes_the_high_concurrency_cells(tmp_path: Path) -> None:
     assert [wl.cell_requests(c) for c in wl.concurrency] == [max(2, 4 * c) for c in wl.concurrency]
 
 
+@pytest.mark.parametrize(("waves", "refused"), [(16, False), (None, True)])
+def test_batched_cells_are_sized_by_their_waves_not_requests_per_cell(tmp_path: Path, waves: int | None,
+                                                                      refused: bool) -> None:
+    """c=16 and 64 send batched_waves x c: requests_per_cell 8 sizes c=1 and c=4 alone; with the rule
+    off it would have to reach 64."""
+    doc = base_doc()
+    doc["workload"].update(concurrency=[1, 4, 16, 64], requests_per_cell=8, batched_waves=waves)
+    if refused:
+        (line,) = problems(tmp_path, doc)
+        assert "requests_per_cell 8 < concurrency 64" in line
+    else:
+        wl = load_spec(write(tmp_path, doc)).workload
+        assert [wl.cell_requests(c) for c in wl.concurrency] == [8, 8, 256, 1024]
+
+
 def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")

@@ -170,9 +170,10 @@ class WorkloadSpec(Strict):
         if self.arrival == "poisson" and self.burstiness != 1.0:
             raise ValueError(f"burstiness {self.burstiness:g} needs arrival: gamma (Poisson arrivals have "
                              "burstiness 1); set arrival: gamma or drop burstiness")
-        top = max(self.concurrency, default=1)
         # With min_waves > 1 a closed-loop cell sends min_waves x c requests whatever requests_per_cell says,
-        # so requests_per_cell sizes the low-concurrency cells alone (c=1: requests_per_cell requests).
+        # and so does a batched cell (batched_waves x c): requests_per_cell sizes the other cells alone.
+        top = max((c for c in self.concurrency
+                   if self.batched_waves is None or c < BATCHED_CONCURRENCY), default=1)
         if self.requests_per_cell < top and self.min_waves == 1:
             raise ValueError(
                 f"requests_per_cell {self.requests_per_cell} < concurrency {top}: the cell could never reach "
