@@ -450,6 +450,9 @@ def bench(
         connect_timeout_s=connect_timeout, read_timeout_s=read_timeout, temperature=temperature, protocol=protocol,
         corpus=corpus, nonce=nonce, slo=_slo(slo), kv_poll_s=None if kv_poll == "off" else _duration(kv_poll),
         client_workers=client_workers, client_transport=client_transport,
+        # --requests is exact, as vllm bench serve's --num-prompts: a side-by-side run sends the same count.
+        # Whole waves at c>=16 size an experiment's cells, whose arms are compared window against window.
+        batched_waves=None,
     )
     target = BenchTarget(endpoint.rstrip("/"), model, namespace=f"bench:{secrets.token_hex(8)}",
                          dataset_dir=dataset_out)

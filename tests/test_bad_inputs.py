@@ -155,3 +155,19 @@ def test_a_cap_reaches_specwatch_bench_options_too() -> None:
     res = runner.invoke(app, ["bench", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--concurrency", "100000",
                               "--requests", "100000"])
     assert res.exit_code == 1 and "--concurrency: 100000 is over specwatch's cap of 65,536" in res.output
+
+
+@pytest.mark.parametrize("values,problem", [
+    ({"batched_waves": "many"}, "workload.batched_waves: Input should be a valid integer"),
+    ({"batched_waves": 0}, "workload.batched_waves: Input should be greater than 0"),
+    ({"concurrency": [1, 65536], "requests_per_cell": 65536},
+     "workload.batched_waves: 16 waves at concurrency 65536 is 1,048,576 requests, over specwatch's cap of 1,000,000 "
+     "per cell; fix: use at most 15 waves"),
+    ({"duration_s": 30}, "workload.duration_s: 30 s with 2 arms compared"),
+])
+def test_cell_sizing_problems_are_one_line_from_validate(tmp_path: Path, values: dict, problem: str) -> None:
+    problems = _problems(tmp_path, workload=values)
+    assert len(problems) == 1 and problem in problems[0] and "fix" in problems[0], problems
+    path = tmp_path / "e.yaml"  # the file _problems wrote, through the CLI: one line, no traceback
+    res = runner.invoke(app, ["validate", str(path)])
+    assert res.exit_code == 1 and "Traceback" not in res.output and problem in res.output

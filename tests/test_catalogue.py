@@ -138,3 +138,14 @@ def test_migration_014_moves_the_stored_runs_metrics_into_cell_metrics(tmp_path:
     written = frames(result)["cell_metrics"][["arm", "block", "cell", "metric", "value"]]
     assert sorted(moved) == sorted(written.itertuples(index=False, name=None))
     assert len(moved) > 8 * 10  # every cell, its figures present under 100 requests
+
+
+def test_a_batched_cell_judges_the_catalogues_stand_in() -> None:
+    """From BATCHED_CONCURRENCY a closed cell's decode tok/s is judged as aggregate tok/s, the catalogue's
+    `batched` stand-in; below it, in open-loop cells (no concurrency) and for metrics without one, as named."""
+    decode, ttft = metrics.METRICS["decode_tok_s"], metrics.METRICS["ttft"]
+    c = metrics.BATCHED_CONCURRENCY
+    assert metrics.judged_at(decode, c).name == metrics.judged_at(decode, 4 * c).name == "aggregate_tok_s"
+    assert metrics.judged_at(decode, c - 1) is decode and metrics.judged_at(decode, None) is decode
+    assert metrics.judged_at(ttft, 4 * c) is ttft
+    assert all(m.batched in metrics.METRICS for m in metrics.CATALOGUE if m.batched)  # each stand-in is judgeable

@@ -1,6 +1,7 @@
 """Container images and containers on a real engine (podman serving the Docker API, a storage root
 of this session's own): the CPU image built once per session from deployments/docker, a pull from a
-real registry on loopback, the failures a user meets, and a short A/B whose arms run in containers.
+real registry on loopback, the failures a user meets, and a short A/B whose arms run in containers
+(one on this host, one on a host over SSH).
 """
 
 from __future__ import annotations
@@ -63,93 +64,65 @@ def test_engine_image_and_build_failures_are_one_line(container_engine: str, reg
         backend_for(missing).ensure(missing)
 
 
-def test_an_ab_whose_arms_run_in_containers(cpu_docker_image: ImageRef, prefect_api: None,
-                                           tmp_path: Path) -> None:
-    from flows.ab import ab
-
-    ngram = {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2}
-    spec = ExperimentSpec.model_validate({
-        "name": "docker-ab",
-        "model": {"generate": {}, "served_name": "demo"},
-        "images": [{"name": "cpu", "backend": "docker", "dockerfile": "cpu", "version": "0.32.0",
-                    "wheelhouse": str(torch_wheelhouse())}],
-        "arms": [{"name": "k3", "image": "cpu", "launcher": "docker", "speculative": {**ngram, "k": 3}},
-                 {"name": "k5", "image": "cpu", "launcher": "docker", "speculative": {**ngram, "k": 5}}],
-        "baseline": "k3",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
-        "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
-                     "requests_per_cell": 2, "warmup_requests": 1},
-    })
-    outcome = ab(spec, db=str(tmp_path / "h.duckdb"))
-    assert outcome.error is None, outcome.error
-    from specwatch.store.rundir import read_raw
-
-    result = read_raw(outcome.run_dir)
-    assert [(a.name, a.status) for a in result.arms] == [("k3", "ok"), ("k5", "ok")], [a.reason for a in result.arms]
-    for arm, k in zip(result.arms, (3, 5), strict=True):
-        assert arm.launch is not None and arm.launch.launcher == "docker"
-        assert (arm.launch.k_confirmed, arm.launch.k_source) == (k, "boot_log")  # read from the container's log
-        assert arm.launch.argv[:4] == ["docker", "run", "-d", "--name"]
-        assert arm.image_ref is not None and arm.image_ref.digest == cpu_docker_image.digest
-        assert arm.cells and all(c.requests_ok == 2 for c in arm.cells)
-    assert (outcome.run_dir / "images" / "cpu.build.log").is_file()  # the image's build log, in the run dir
-    # every container of the run is gone
-    left = engine_api.client().containers.list(all=True, filters={"label": f"specwatch.run={result.run_id}"})
-    assert left == []
-    assert os.environ["DOCKER_HOST"].startswith("unix://")
-
-
-def test_a_container_on_a_remote_host_over_ssh(cpu_docker_image: ImageRef, container_engine: str,
-                                               sshd_host: object, tmp_path: Path) -> None:
-    """The docker CLI on a host reached over SSH, with its own DOCKER_HOST; the env in a 0600 file
-    that is gone once the container started."""
+def test_an_ab_with_one_arm_in_a_local_container_and_one_on_a_remote_host_over_ssh(
+        cpu_docker_image: ImageRef, container_engine: str, sshd_host: object, prefect_api: None,
+        tmp_path: Path) -> None:
+    """Both arms in containers of the same image: k3 on this host's engine, k5 through the docker CLI on
+    a host reached over SSH, with its own DOCKER_HOST and its env in a 0600 file that is gone once the
+    container started. One A/B proves both launch paths with two boots."""
     import shutil
 
-    from specwatch.bench.runner import InProcess
-    from specwatch.engine.arm import run_arm
-    from specwatch.engine.checkpoint import ensure_generated_model
-    from specwatch.engine.images import python_of
-    from specwatch.engine.launchers import LaunchContext
+    from flows.ab import ab
     from specwatch.engine.remote import Remote
     from specwatch.ranks import route_to
-    from specwatch.spec import GeneratedModel
+    from specwatch.store.rundir import read_raw
     from specwatch_testing.sshd import Sshd
 
     assert isinstance(sshd_host, Sshd)
     assert shutil.which("docker"), "the docker CLI runs the remote host's containers"
     sock = Path(container_engine.removeprefix("unix://"))
-    sock.parent.chmod(0o711)  # this session's test engine: the remote user may use it
+    for folder in (sock.parent, sock.parent.parent):  # this session's test engine: the remote user may use it
+        folder.chmod(0o711)
     sock.chmod(0o666)
-    runner = python_of(cpu_docker_image)
-    assert runner is not None
-    model = ensure_generated_model(GeneratedModel(), runner)
     s = sshd_host
+    ngram = {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     spec = ExperimentSpec.model_validate({
-        "name": "remote-docker", "model": {"path": str(model), "served_name": "demo"},
+        "name": "docker-ab",
+        "model": {"generate": {}, "served_name": "demo"},
         "hosts": [{"name": "box", "address": s.address, "docker_host": container_engine, "ssh": {
             "user": s.user, "port": s.port, "key_file": str(s.key_file), "known_hosts": str(s.known_hosts)}}],
         "images": [{"name": "cpu", "backend": "docker", "dockerfile": "cpu", "version": "0.32.0",
                     "wheelhouse": str(torch_wheelhouse())}],
-        "arms": [{"name": "a", "image": "cpu", "launcher": "docker", "host": "box",
-                  "env": {"HF_TOKEN": "hf_never_stored"},
-                  "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 300}],
-        "baseline": "a",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
-        "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
+        "arms": [{"name": "k3", "image": "cpu", "launcher": "docker", "speculative": {**ngram, "k": 3}},
+                 {"name": "k5", "image": "cpu", "launcher": "docker", "host": "box", "boot_timeout_s": 300,
+                  "env": {"HF_TOKEN": "hf_never_stored"}, "speculative": {**ngram, "k": 5}}],
+        "baseline": "k3",
+        # the arms differ in k, host and env: a launch-path test, not a question about k
+        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8, "allow_confounded": True},
+        "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
                      "requests_per_cell": 2, "warmup_requests": 1},
     })
+    outcome = ab(spec, db=str(tmp_path / "h.duckdb"))
+    assert outcome.error is None, outcome.error
+    result = read_raw(outcome.run_dir)
+    assert [(a.name, a.status) for a in result.arms] == [("k3", "ok"), ("k5", "ok")], [a.reason for a in result.arms]
+    for arm, k in zip(result.arms, (3, 5), strict=True):
+        assert arm.launch is not None and arm.launch.launcher == "docker"
+        assert (arm.launch.k_confirmed, arm.launch.k_source) == (k, "boot_log")  # read from the container's log
+        assert arm.image_ref is not None and arm.image_ref.digest == cpu_docker_image.digest
+        assert arm.cells and all(c.requests_ok == 2 for c in arm.cells)
+    local, remote = (arm.launch for arm in result.arms)
+    assert local is not None and remote is not None
+    assert local.argv[:4] == ["docker", "run", "-d", "--name"] and "--env-file" not in local.argv
+    env_file = remote.argv[remote.argv.index("--env-file") + 1]
+    assert remote.argv[:2] == ["docker", "run"] and env_file == f"/tmp/specwatch/{result.run_id}-k5-b1/env"
+    assert remote.env["HF_TOKEN"] == "***" and "hf_never_stored" not in (outcome.run_dir / "results.json").read_text()
     route = route_to(spec.hosts[0])
-    ctx = LaunchContext(model_dir=model, served_name="demo", arm_dir=tmp_path / "arm", host=s.address, ssh=route,
-                        run_id="rdock", launch_name="rdock-a-b1")
-    result = run_arm(spec.arms[0], spec, cpu_docker_image, ctx, None, namespace="rdock", runner=InProcess())
-    assert result.status == "ok", result.reason
-    assert result.launch is not None and (result.launch.k_confirmed, result.launch.k_source) == (3, "boot_log")
-    argv = result.launch.argv
-    assert argv[:2] == ["docker", "run"] and argv[argv.index("--env-file") + 1] == "/tmp/specwatch/rdock-a-b1/env"
-    assert result.launch.env["HF_TOKEN"] == "***" and "hf_never_stored" not in result.model_dump_json()
-    assert result.cells and result.cells[0].requests_ok == 2
     assert route is not None
-    code, out, _ = Remote(route).run("ls /tmp/specwatch/rdock-a-b1/ 2>/dev/null; id -un")
+    code, out, _ = Remote(route).run(f"ls {Path(env_file).parent}/ 2>/dev/null; id -un")
     assert out.split() == ["swremote"]  # the env file is gone; it ran as the host's user
-    left = engine_api.client().containers.list(all=True, filters={"label": "specwatch.run=rdock"})
+    assert (outcome.run_dir / "images" / "cpu.build.log").is_file()  # the image's build log, in the run dir
+    # every container of the run is gone, on both hosts (one engine here)
+    left = engine_api.client().containers.list(all=True, filters={"label": f"specwatch.run={result.run_id}"})
     assert left == []
+    assert os.environ["DOCKER_HOST"].startswith("unix://")

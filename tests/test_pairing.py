@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from specwatch.analysis.metrics import METRICS
-from specwatch.analysis.pairing import BATCHED_CONCURRENCY, compare, round_value
+from specwatch.analysis.metrics import BATCHED_CONCURRENCY, METRICS
+from specwatch.analysis.pairing import compare, round_value
 from specwatch.analysis.sequential import COMPOSITE, PriorVariance
 from specwatch.records import CellResult
 from specwatch_testing import records as rf

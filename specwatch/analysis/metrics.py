@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # at run time the catalogue imports nothing of specwatch: spec validation imports it
+from specwatch.spec.workload import BATCHED_CONCURRENCY
+
+if TYPE_CHECKING:  # at run time the catalogue imports only the spec leaf: resolve imports it
     from specwatch.records import CellResult, RequestSample
+
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class Metric:
     # The same figure per request, where a request has one: the sequential verdict pairs the arms'
     # requests by index within a round (analysis/pairing.py). None: only the cell figure exists.
     request: Callable[[RequestSample], float | None] | None = None
+    # The metric judged in its place in a batched closed-loop cell (c >= BATCHED_CONCURRENCY), by name.
+    batched: str | None = None
 
     def value(self, cell: CellResult) -> float | None:
         value = self.compute(cell)
@@ -86,7 +91,8 @@ _E2E = ReportColumn("E2E p50/p99 ms", ".0f")
 
 CATALOGUE: tuple[Metric, ...] = (
     Metric("decode_tok_s", "decode_tok_s_median", True, "tok/s", "decode tok/s", ".1f", _field("decode_tok_s_median"),
-           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode", request=attrgetter("decode_tok_s")),
+           judged=True, check=DeltaCheck("decode_tok_s"), trend="decode", request=attrgetter("decode_tok_s"),
+           batched="aggregate_tok_s"),
     Metric("aggregate_tok_s", "aggregate_tok_s", True, "tok/s", "aggregate tok/s", ".1f", _field("aggregate_tok_s"),
            judged=True),
     Metric("ttft", "ttft_s_median", False, "s", "TTFT s", ".3f", _field("ttft_s_median"), judged=True,
@@ -118,6 +124,13 @@ CATALOGUE: tuple[Metric, ...] = (
 )
 
 METRICS: dict[str, Metric] = {m.name: m for m in CATALOGUE if m.judged}
+
+
+def judged_at(metric: Metric, concurrency: int | None) -> Metric:
+    """The metric a cell at `concurrency` (None: an open-loop cell) is judged on for `metric`."""
+    if metric.batched is None or concurrency is None or concurrency < BATCHED_CONCURRENCY:
+        return metric
+    return METRICS[metric.batched]
 
 
 # The functions below read CATALOGUE when called, not when defined, so a metric registered on a copy

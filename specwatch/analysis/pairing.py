@@ -14,19 +14,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from statistics import median
 
-from specwatch.analysis.metrics import METRICS, Metric
+from specwatch.analysis.metrics import BATCHED_CONCURRENCY, METRICS, Metric, judged_at
 from specwatch.analysis.sequential import COMPOSITE, CellSeries, PriorVariance
 from specwatch.records import ArmResult, CellKey, CellResult, RunResult
-
-# From this concurrency a closed-loop cell is judged on its cell figure, and decode tok/s on the
-# aggregate throughput. With many streams a request's rate is set by which other requests share its
-# steps, which differs between the arms even for identical prompts, so pairing by prompt takes out
-# little; and the median of a 2-6 s cell's per-request rates swings +-20-50% between its eighths
-# (issue 22, the shared H200 run). Aggregate throughput counts every token of the cell over its wall
-# time: the capacity a batched deployment buys, with no per-request selection. Below it, and in
-# open-loop rate cells (whose throughput is the offered rate, whatever the server), paired
-# per-request rates are the better-estimated quantity.
-BATCHED_CONCURRENCY = 16
 
 Priors = Mapping[tuple[str, str], PriorVariance]  # (cell id or sequential.COMPOSITE, metric)
 
@@ -47,14 +37,8 @@ class Comparison:
                 "log-ratio), the rest from the cell figures")
 
 
-def judged(key: CellKey, metric: Metric) -> Metric:
-    """The metric a cell is judged on: decode tok/s of a batched cell as its aggregate throughput."""
-    if metric.name == "decode_tok_s" and _batched(key):
-        return METRICS["aggregate_tok_s"]
-    return metric
-
-
 def _batched(key: CellKey) -> bool:
+    """A batched closed-loop cell's requests are not paired (metrics.BATCHED_CONCURRENCY says why)."""
     return key.concurrency is not None and key.concurrency >= BATCHED_CONCURRENCY
 
 
@@ -113,7 +97,7 @@ def compare(result: RunResult, baseline: str, arm: str, metrics: list[str], leve
     series, paired, valued = [], 0, 0
     for name in metrics:
         for key in keys:
-            metric = judged(key, METRICS[name])
+            metric = judged_at(METRICS[name], key.concurrency)
             values = [round_value(b.get(key), c.get(key), metric) for b, c in per_round]
             paired += sum(p for _, p in values)
             valued += sum(math.isfinite(v) for v, _ in values)

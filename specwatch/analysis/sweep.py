@@ -1,6 +1,10 @@
 """A sweep's points (one per arm and depth) and the steps between neighbouring depths that the
 checks judge: decode is expected to fall with depth (seed 004: ~16% per doubling), and a drop
-larger than `cliff_drop` beyond the two points' intervals is a cliff."""
+larger than `cliff_drop` beyond the two points' intervals is a cliff.
+
+The steps and the per-doubling fit read a point's trend decode: without a speculating arm's looping
+runs, whose decode a loop inflates as it inflates their acceptance. Otherwise a looping 4K against a
+clean 8K reads as a cliff that is content, not depth (benchmarks/README.md section 10, run 1)."""
 
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ class SweepPoint:
     runs: int
     decode_tok_s: float | None  # mean of block medians (fewer than 3 blocks: mean of all runs)
     decode_ci: float  # half-width of its 95% t-interval (0 without spread)
+    trend_decode_tok_s: float | None  # the same without a speculating arm's looping runs
+    trend_decode_ci: float
     ttft_s: float | None
     prefill_tok_s: float | None
     mean_acceptance_length: float | None  # runs that did not loop only
@@ -58,12 +64,12 @@ def points_from(frame: pd.DataFrame) -> list[SweepPoint]:
     """
     out = []
     for row in frame.itertuples():
-        blocks, runs = list(row.block_decodes), list(row.run_decodes)
-        values = blocks if len(blocks) >= MIN_BLOCKS_FOR_INTERVAL else runs
-        decode, ci = mean_ci(values) if values else (None, 0.0)
+        decode, ci = _decode(list(row.block_decodes), list(row.run_decodes))
+        trend, trend_ci = _decode(list(row.trend_block_decodes), list(row.trend_run_decodes))
         out.append(SweepPoint(
             arm=str(row.arm), depth=int(row.depth), cell=str(row.cell), runs=int(row.runs), decode_tok_s=decode,
-            decode_ci=ci, ttft_s=nullable(row.ttft_s), prefill_tok_s=nullable(row.prefill_tok_s),
+            decode_ci=ci, trend_decode_tok_s=trend, trend_decode_ci=trend_ci, ttft_s=nullable(row.ttft_s),
+            prefill_tok_s=nullable(row.prefill_tok_s),
             mean_acceptance_length=nullable(row.mean_acceptance_length),
             looped_acceptance_length=nullable(row.looped_acceptance_length), loop_runs=int(row.loop_runs),
             repetition_ratio=nullable(row.repetition_ratio),
@@ -71,6 +77,11 @@ def points_from(frame: pd.DataFrame) -> list[SweepPoint]:
             skip_reason=row.skip_reason if isinstance(row.skip_reason, str) else None,
         ))
     return out
+
+
+def _decode(blocks: list[float], runs: list[float]) -> tuple[float | None, float]:
+    values = blocks if len(blocks) >= MIN_BLOCKS_FOR_INTERVAL else runs
+    return mean_ci(values) if values else (None, 0.0)
 
 
 @dataclass(frozen=True)
@@ -84,25 +95,26 @@ class Step:
 
     @property
     def drop(self) -> float:
-        assert self.shallow.decode_tok_s and self.deep.decode_tok_s is not None
-        return 1.0 - self.deep.decode_tok_s / self.shallow.decode_tok_s
+        assert self.shallow.trend_decode_tok_s and self.deep.trend_decode_tok_s is not None
+        return 1.0 - self.deep.trend_decode_tok_s / self.shallow.trend_decode_tok_s
 
     @property
     def min_rise(self) -> float:
         s, d = self.shallow, self.deep
-        assert s.decode_tok_s is not None and d.decode_tok_s is not None
-        return (d.decode_tok_s - d.decode_ci) / (s.decode_tok_s + s.decode_ci) - 1.0
+        assert s.trend_decode_tok_s is not None and d.trend_decode_tok_s is not None
+        return (d.trend_decode_tok_s - d.trend_decode_ci) / (s.trend_decode_tok_s + s.trend_decode_ci) - 1.0
 
     @property
     def min_drop(self) -> float:
         s, d = self.shallow, self.deep
-        assert s.decode_tok_s is not None and d.decode_tok_s is not None
-        low = s.decode_tok_s - s.decode_ci
-        return 0.0 if low <= 0 else max(0.0, 1.0 - (d.decode_tok_s + d.decode_ci) / low)
+        assert s.trend_decode_tok_s is not None and d.trend_decode_tok_s is not None
+        low = s.trend_decode_tok_s - s.trend_decode_ci
+        return 0.0 if low <= 0 else max(0.0, 1.0 - (d.trend_decode_tok_s + d.trend_decode_ci) / low)
 
 
 def measured(points: Sequence[SweepPoint], arm: str) -> list[SweepPoint]:
-    return sorted((p for p in points if p.arm == arm and p.decode_tok_s), key=lambda p: p.depth)
+    """An arm's points with a trend decode, by depth: what the steps and the fit compare."""
+    return sorted((p for p in points if p.arm == arm and p.trend_decode_tok_s), key=lambda p: p.depth)
 
 
 def steps(points: Sequence[SweepPoint]) -> list[Step]:
@@ -118,5 +130,5 @@ def change_per_doubling(points: Sequence[SweepPoint], arm: str) -> float | None:
     ms = measured(points, arm)
     if len(ms) < 2:
         return None
-    slope = np.polyfit([math.log2(p.depth) for p in ms], [math.log(p.decode_tok_s or 1.0) for p in ms], 1)[0]
+    slope = np.polyfit([math.log2(p.depth) for p in ms], [math.log(p.trend_decode_tok_s or 1.0) for p in ms], 1)[0]
     return float(math.exp(slope) - 1.0)

@@ -5,9 +5,9 @@ how the rounds' values were paired, and for an undecided arm how many more round
 
 from __future__ import annotations
 
-from specwatch.analysis.pairing import BATCHED_CONCURRENCY
 from specwatch.analysis.sequential import SequentialDecision, SequentialDesign, UnitResult
 from specwatch.analysis.verdict import ArmDecision
+from specwatch.spec.workload import BATCHED_CONCURRENCY
 
 
 def _effect(u: UnitResult) -> str:

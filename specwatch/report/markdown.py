@@ -18,13 +18,23 @@ from specwatch.report import plots
 from specwatch.report.classes import class_section
 from specwatch.report.decision import decision_lines
 from specwatch.report.rows import VerdictRow, headline, metric_rows
-from specwatch.spec import ExperimentSpec
+from specwatch.spec import ExperimentSpec, WorkloadSpec
+from specwatch.spec.workload import BATCHED_CONCURRENCY
 
 REPORT_FILE = "report.md"
 
 
 def _fmt(value: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _cell_size(wl: WorkloadSpec) -> str:
+    if wl.duration_s:
+        return f"{wl.duration_s:g} s per cell"
+    waves = wl.batched_waves and max(wl.concurrency, default=0) >= BATCHED_CONCURRENCY
+    return (f"{wl.requests_per_cell} requests per cell"
+            + (f" (at least {wl.min_waves} x c)" if wl.min_waves > 1 else "")
+            + (f"; at c>={BATCHED_CONCURRENCY} at least {wl.batched_waves} whole waves of c" if waves else ""))
 
 
 def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
@@ -65,8 +75,7 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         + (f"request rates {wl.request_rates} req/s; " if wl.request_rates else "")
         + (f"ramp {wl.ramp_up.start_rps:g}-{wl.ramp_up.end_rps:g} req/s (linear); " if wl.ramp_up else "")
         + (f"{wl.arrival} arrivals (burstiness {wl.burstiness:g}); " if wl.request_rates or wl.ramp_up else "")
-        + (f"{wl.duration_s:g} s per cell" if wl.duration_s else f"{wl.requests_per_cell} requests per cell"
-                                                + (f" (at least {wl.min_waves} x c)" if wl.min_waves > 1 else ""))
+        + _cell_size(wl)
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
         f"- design: {design.blocks} round(s)"

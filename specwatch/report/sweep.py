@@ -64,7 +64,8 @@ def render(result: RunResult, points: list[SweepPoint], figures: list[str]) -> s
     lines = [f"# specwatch sweep {result.run_id}: {result.experiment_name}", "",
              f"Single stream, {spec.workload.max_tokens} output tokens, blocks per arm: {spec.design.blocks}. "
              "Decode: mean of block medians with its 95% t-interval (fewer than 3 blocks: of all runs). "
-             "Acceptance: runs that did not loop; "
+             "The depth checks and the per-doubling fit leave out a speculating arm's looping runs "
+             "(a loop inflates decode as it inflates acceptance). Acceptance: runs that did not loop; "
              f"a looping run's figure is shown in brackets ({LOOP_FLAG}) and left out of trends.", "",
              "## Figures", *figures_table(points), "", "## Decode change per doubling of depth"]
     for arm in arms:

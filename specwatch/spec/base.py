@@ -46,7 +46,8 @@ Seed = Annotated[int, AfterValidator(_fits_int64)]
 Tokens = Annotated[int, cap(1 << 24, "16M tokens: past the longest context window served")]
 Concurrency = Annotated[PositiveInt, cap(65_536, "one TCP connection per request in flight; a client host has "
                                                    "~64k ports per server address")]
-Requests = Annotated[int, cap(1_000_000, "each request's sample is kept in memory, results.json and DuckDB")]
+MAX_REQUESTS = 1_000_000  # per cell: each request's sample is kept in memory, results.json and DuckDB
+Requests = Annotated[int, cap(MAX_REQUESTS, "each request's sample is kept in memory, results.json and DuckDB")]
 
 
 def is_stored(info: ValidationInfo) -> bool:

@@ -9,7 +9,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, ValidationInfo, field_validator, model_validator
 
-from specwatch.spec.base import Concurrency, Requests, Seed, Strict, Tokens, cap, is_stored
+from specwatch.spec.base import MAX_REQUESTS, Concurrency, Requests, Seed, Strict, Tokens, cap, is_stored
+
+# From this concurrency a closed-loop cell is "batched": a metric with a `batched` stand-in
+# (analysis/metrics.py) is judged on it, and its requests are not paired (analysis/pairing.py), and the
+# cell is sized in whole waves
+# (`workload.batched_waves`). With many streams a request's rate is set by which other requests share
+# its steps, which differs between the arms even for identical prompts, so pairing by prompt takes out
+# little; the median of a 2-6 s cell's per-request rates swung +-20-50% between its eighths (issue 22,
+# the shared H200 run). Aggregate throughput counts every token of the cell over its wall time: the
+# capacity a batched deployment buys, with no per-request selection, and over the shared run's 3 rounds
+# its per-round log-ratio was no noisier than the paired one (sd 0.29 vs 0.31 pooled over the c>=16
+# cells; benchmarks/README.md section 11). Below it, and in open-loop rate cells (whose throughput is
+# the offered rate, whatever the server), paired per-request rates are the better-estimated quantity.
+BATCHED_CONCURRENCY = 16
 
 
 def corpus_name(path: Path) -> str:
@@ -64,8 +77,17 @@ class WorkloadSpec(Strict):
     min_waves: PositiveInt = Field(
         default=1, description="a closed-loop cell at concurrency c sends at least min_waves x c requests: with "
         "only c it is one burst, whose ramp is the whole cell and never a steady batch of c")
+    # 16 whole waves: at 4 the last wave's drain was 12-26% of a c>=16 cell on the H200, and the window's
+    # own noise in a round's log-ratio ~0.07-0.08; at 16 ~4% and ~0.03-0.04, below the +-5% band, for 10-16 s
+    # per cell (benchmarks/README.md section 11). Waves, not seconds: a count from the file is the same for
+    # every arm and round, whatever their speed.
+    batched_waves: PositiveInt | None = Field(
+        default=16, validate_default=True, description=f"a closed-loop cell at concurrency c >= "
+        f"{BATCHED_CONCURRENCY} sends at least batched_waves x c requests, in whole waves of c; null = off "
+        "(requests_per_cell and min_waves alone)")
     duration_s: PositiveFloat | None = Field(
-        default=None, description="closed loop for this long per cell instead of requests_per_cell requests"
+        default=None, description="closed loop for this long per cell instead of requests_per_cell requests; "
+        "one arm only (resolve.py says why)"
     )
     warmup_requests: Annotated[Requests, Field(ge=0)] = 2
     warmup_wave: bool = Field(
@@ -99,8 +121,12 @@ class WorkloadSpec(Strict):
         return [corpus_name(self.corpus)] if self.corpus is not None else list(self.prompt_classes)
 
     def cell_requests(self, concurrency: int | None) -> int:
-        """Requests in one cell: requests_per_cell, or min_waves x c if more (closed loop)."""
-        return max(self.requests_per_cell, self.min_waves * (concurrency or 0))
+        """Requests in one cell: requests_per_cell, or min_waves x c if more (closed loop); from c >=
+        BATCHED_CONCURRENCY at least batched_waves x c, rounded up to whole waves (a part wave only adds drain)."""
+        requests = max(self.requests_per_cell, self.min_waves * (concurrency or 0))
+        if self.batched_waves is None or concurrency is None or concurrency < BATCHED_CONCURRENCY:
+            return requests
+        return max(-(-requests // concurrency), self.batched_waves) * concurrency
 
     @property
     def max_streams(self) -> int:
@@ -128,6 +154,15 @@ class WorkloadSpec(Strict):
                              f"(os.sched_getaffinity); set client_workers <= {cores} or leave it unset (auto)")
         return workers
 
+    @field_validator("batched_waves")
+    @classmethod
+    def _waves_fit_the_cap(cls, waves: int | None, info: ValidationInfo) -> int | None:
+        top = max((c for c in info.data.get("concurrency", []) if c >= BATCHED_CONCURRENCY), default=0)
+        if waves is not None and waves * top > MAX_REQUESTS:
+            raise ValueError(f"{waves} waves at concurrency {top} is {waves * top:,} requests, over specwatch's cap "
+                             f"of {MAX_REQUESTS:,} per cell; fix: use at most {MAX_REQUESTS // top:,} waves")
+        return waves
+
     @model_validator(mode="after")
     def _enough_requests(self) -> WorkloadSpec:
         if not (self.concurrency or self.request_rates or self.ramp_up):
@@ -135,11 +170,15 @@ class WorkloadSpec(Strict):
         if self.arrival == "poisson" and self.burstiness != 1.0:
             raise ValueError(f"burstiness {self.burstiness:g} needs arrival: gamma (Poisson arrivals have "
                              "burstiness 1); set arrival: gamma or drop burstiness")
-        top = max(self.concurrency, default=1)
-        if self.requests_per_cell < top:
+        # With min_waves > 1 a closed-loop cell sends min_waves x c requests whatever requests_per_cell says,
+        # and so does a batched cell (batched_waves x c): requests_per_cell sizes the other cells alone.
+        top = max((c for c in self.concurrency
+                   if self.batched_waves is None or c < BATCHED_CONCURRENCY), default=1)
+        if self.requests_per_cell < top and self.min_waves == 1:
             raise ValueError(
                 f"requests_per_cell {self.requests_per_cell} < concurrency {top}: the cell could never reach "
-                f"its concurrency; set requests_per_cell >= {top}"
+                f"its concurrency; set requests_per_cell >= {top}, or min_waves >= 2 (each cell at c then "
+                "sends at least min_waves x c)"
             )
         return self
 

@@ -380,8 +380,8 @@ def sweep_records(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Thres
     out = []
     for i, p in enumerate(pairs):
         s, d = p.shallow, p.deep
-        between = (f"depth {s.depth} -> {d.depth}: decode {s.decode_tok_s:.1f}±{s.decode_ci:.1f} -> "
-                   f"{d.decode_tok_s:.1f}±{d.decode_ci:.1f} tok/s ({-p.drop:+.1%})")
+        between = (f"depth {s.depth} -> {d.depth}: decode {s.trend_decode_tok_s:.1f}±{s.trend_decode_ci:.1f} -> "
+                   f"{d.trend_decode_tok_s:.1f}±{d.trend_decode_ci:.1f} tok/s ({-p.drop:+.1%})")
         for check, metric, value, limit, severity, text in (
             ("sweep.decode_falls", "min_rise", p.min_rise, thresholds.noise_band, "invalid",
              f"rises {p.min_rise:.1%} beyond the intervals, more than the noise band {thresholds.noise_band:.0%}"),

