@@ -43,7 +43,7 @@ def test_the_demo_asks_ngram_against_no_speculation_on_the_real_model() -> None:
     spec = load_spec(DEMO)
     assert spec.model.package == "smollm2-135m" and spec.baseline == "nospec"
     assert spec.arm("nospec").speculative is None and spec.arm("k5").speculative.k == 5
-    assert (spec.design.blocks, spec.design.adaptive, spec.design.max_blocks) == (2, True, 3)
+    assert (spec.design.blocks, spec.design.adaptive, spec.design.max_blocks) == (2, True, 4)
     assert set(spec.confounds()["k5"]) <= set(spec.design.varies or []) and spec.workload.protocol == "chat"
 
 
