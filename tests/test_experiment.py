@@ -103,9 +103,8 @@ def test_launches_run_in_the_counterbalanced_order_under_the_cluster_lock(tmp_pa
     assert [(a.name, a.block, a.status) for a in result.arms] == [(n, b, "ok") for n, b in launch.calls]
     assert result.checkpoint is not None and result.ended_at is not None
     assert read_raw(tmp_path / "run").arms == result.arms  # each launch on disk as it finishes
-    # common random numbers: the arms of a round send the same prompts (each to a fresh server), rounds differ
-    run_id = result.run_id
-    assert launch.namespaces == {(arm, b): f"{run_id}:b{b}" for arm, b in launch.calls}
+    # common random numbers: every launch sends the run's prompts, each to a fresh server
+    assert launch.namespaces == {(arm, b): result.run_id for arm, b in launch.calls}
 
 
 def test_resume_runs_only_the_launches_not_finished(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

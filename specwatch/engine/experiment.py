@@ -28,7 +28,7 @@ from specwatch.engine.checkpoint import CheckpointError, PythonRunner
 from specwatch.engine.images import ImageError, python_of
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import stoppers
-from specwatch.engine.namespaces import launch_namespace, sharing_a_server
+from specwatch.engine.namespaces import launch_namespace, nonce_scopes
 from specwatch.host import host_facts
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
 from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, ModelSpec, SweepSpec
@@ -211,7 +211,7 @@ class _Blocks:
         self.model_dir, self.facts = model_dir, facts
         self.hooks, self.sweep = hooks, sweep
         self.resolved: dict[str, ArmSpec] = {}
-        self.shared = sharing_a_server(spec)  # arms that need nonces of their own (engine/namespaces.py)
+        self.scopes = nonce_scopes(spec)  # what each arm's nonces are unique to (engine/namespaces.py)
         self.done = {(a.name, a.block) for a in result.arms}  # a resumed run's finished launches
         for a in result.arms:  # a k-ladder's outcome sticks across the resume too
             if a.status == "ok" and a.k != self.spec.arm(a.name).k:
@@ -246,7 +246,7 @@ class _Blocks:
             write_raw(self.result, self.run_dir)
 
         outcome = self.hooks.launch(arm, self.spec, self.refs[arm.image], ctx, self.facts,
-                                    namespace=launch_namespace(self.result.run_id, block, name, name in self.shared),
+                                    namespace=launch_namespace(self.result.run_id, block, name, self.scopes[name]),
                                     block=block, on_cell=on_cell, sweep=self.sweep)
         self.result.arms.remove(running)
         if outcome.status == "ok" and outcome.k != arm.k:

@@ -1,21 +1,28 @@
-"""Which nonces a launch sends: the same for every arm of a round (common random numbers), unless
-two arms reach the same running server.
+"""Which nonces a launch sends: the same in every launch of a run (common random numbers over arms and
+rounds), unless a server outlives its launch.
 
 A launch's namespace seeds every nonce it sends (bench/prompts.py `nonce`), and request ids are
 `<namespace>/<cell>/<index>`. Bodies are seeded by workload.seed and request index alone, so two
 launches with one namespace send the identical request sequence: same nonces, bodies and order.
 
 Nonces must stay unique within one server's life (measurement rule 1). A server that an arm boots
-is fresh, so every arm of round b shares `<run>:b<b>`; round b+1 gets others. An arm whose launcher
-boots nothing (an endpoint) reaches a server that lives on: where another arm of the run reaches
-the same one (an A/A against one endpoint), its prefix cache would serve the second arm from the
-first arm's prompts, so each such arm adds its own name and sends nonces of its own (the bodies and
-their order stay common).
+is fresh, so every launch of every round shares `<run>`: round b sends what round 1 sent. A new
+nonce would re-draw what the model writes (greedy output follows the whole prompt), and with it
+how much of it speculation accepts: on the real model, one request's k5-vs-nospec speed-up went
+from 1.66 to 0.01 (log) between rounds on nonce alone (benchmarks section 12), noise the rounds
+would then have to average away. The estimate is over launches for this request set; what it says
+beyond the set grows with requests_per_cell, not with rounds.
+
+An arm whose launcher boots nothing (an endpoint) reaches a server that lives on, so each round
+gets `<run>:b<b>`; where another arm of the run reaches the same one (an A/A against one endpoint),
+its prefix cache would serve the second arm from the first arm's prompts, so each such arm adds its
+own name and sends nonces of its own (the bodies and their order stay common).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
 from urllib.parse import urlsplit
 
 from specwatch.engine.launchers.registry import launcher_for
@@ -50,7 +57,19 @@ def sharing_a_server(spec: ExperimentSpec) -> frozenset[str]:
     return frozenset(name for name, server in servers.items() if reached[server] > 1)
 
 
-def launch_namespace(run_id: str, block: int, arm: str, shares_server: bool) -> str:
+NonceScope = Literal["run", "round", "arm"]  # what a launch's nonces are unique to: see the module doc
+
+
+def nonce_scopes(spec: ExperimentSpec) -> dict[str, NonceScope]:
+    """Each arm's nonce scope: the run for a server it boots, else the round, else its own where it shares one."""
+    shared = sharing_a_server(spec)
+    return {arm.name: "arm" if arm.name in shared else "run" if launcher_for(arm, spec.image(arm.image)).boots
+            else "round" for arm in spec.arms}
+
+
+def launch_namespace(run_id: str, block: int, arm: str, scope: NonceScope) -> str:
     """The nonce namespace of arm `arm`'s launch in round (block) `block`: see the module doc."""
+    if scope == "run":
+        return run_id
     common = f"{run_id}:b{block}"
-    return f"{common}:{arm}" if shares_server else common
+    return f"{common}:{arm}" if scope == "arm" else common
