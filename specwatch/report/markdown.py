@@ -94,9 +94,10 @@ def _measurement(result: RunResult, spec: ExperimentSpec) -> list[str]:
     return [
         "## Measurement",
         f"{launches} server launch(es), {cells} cell(s); boot {_fmt(min(boots, default=None), '.0f')}-"
-        f"{_fmt(max(boots, default=None), '.0f')} s. Every prompt starts with a nonce unique to the run, round "
-        "(block), cell and request; the arms of a round get the same prompts in the same order (common random "
-        "numbers), unless they share one running server, where each arm's nonces are its own. Prompt length "
+        f"{_fmt(max(boots, default=None), '.0f')} s. Every prompt starts with a nonce unique to the run, cell "
+        "and request; every launch (each arm, each round) gets the same prompts in the same order, each on a "
+        "fresh server (common random numbers), so the interval is over launches for this request set. A server "
+        "that outlives its launch gets nonces per round, and per arm where arms share it. Prompt length "
         "is calibrated with the server's /tokenize. Tokens are counted from "
         "`usage.completion_tokens`; decode tok/s per stream = (tokens - 1) / (last token - first token). "
         "Acceptance comes from /metrics counter deltas over each cell's window. A round is one launch of each "
