@@ -67,7 +67,7 @@ def test_chat_cells_through_the_models_template(server: str, demo_model: Path, t
     """A chat workload on a real server: calibrated via /tokenize on the rendered messages, counted from usage."""
     spec = on_the_server(server, demo_model, {
         "name": "real-chat",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         # 512: vLLM on CPU caches whole 128-token blocks, so multi-turn prefixes must span a few
         "workload": {"protocol": "chat", "prompt_classes": ["qa", "multiturn"], "prompt_tokens": 512,
                      "max_tokens": 64, "concurrency": [2], "requests_per_cell": 8, "warmup_requests": 1},
@@ -104,7 +104,7 @@ def test_a_short_sweep_through_the_flow(server: str, demo_model: Path, prefect_a
     db = tmp_path / "sweep.duckdb"
     spec = on_the_server(server, demo_model, {
         "name": "real-sweep",
-        "design": {"blocks": 1, "probes": 0},
+        "design": {"rounds": 1, "probes": 0},
         "workload": {"prompt_classes": ["generated"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
                      "requests_per_cell": 1, "warmup_requests": 1},
         "sweep": {"depths": [256, 512, 992, 1024], "runs": 2},
@@ -119,7 +119,7 @@ def test_a_short_sweep_through_the_flow(server: str, demo_model: Path, prefect_a
     # a run's decode tok/s is positive, or NULL where its tokens arrived in one burst (a loaded host's API
     # server can buffer a stream; such a run carries no per-token timing)
     timed = rows(db, "SELECT r.decode_tok_s, r.arrival_groups, r.chunks FROM requests r JOIN cells c "
-                     "USING (run_id, arm, block, cell) WHERE c.depth IS NOT NULL AND r.status = 'ok' "
+                     "USING (run_id, arm, round, cell) WHERE c.depth IS NOT NULL AND r.status = 'ok' "
                      "AND r.run_id = $run", {"run": outcome.run_id})
     assert len(timed) == 6 and all(
         (dec or 0) > 0 or RequestSample(index=0, prompt_tokens=0, status="ok", chunks=chunks,
