@@ -128,8 +128,9 @@ def test_migration_004_carries_rows_over_with_their_cell_key(tmp_path: Path) -> 
 
 
 def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path) -> None:
-    """A database at schema 017 (launches numbered by `block`) holding a run: every table's column is `round`
-    after the upgrade, the run reads back whole, the views read the new column and the keys still hold."""
+    """A database at schema 017 (launches numbered by `block`, the experiment's design.blocks) holding a run:
+    every table's column is `round` after the upgrade, the run reads back whole with its design in rounds, the
+    views read the new column and the keys still hold."""
     from specwatch.records import QualityRecord
     from specwatch.store.ingest import frames, load
 
@@ -137,13 +138,16 @@ def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path)
     result.arms[0].probes = [[1, 2, 3]]
     result.quality = [QualityRecord(arm="k5", round=None, check="c", metric="m", value=1.0, passed=False,
                                     severity="regression")]
+    result.experiment["design"] = {"rounds": 3, "max_rounds": 5, "adaptive": True}
+    stored = result.model_copy(update={"experiment": {**result.experiment, "design": {
+        "blocks": 3, "max_blocks": 5, "adaptive": True}}})
     con = duckdb.connect(str(tmp_path / "old.duckdb"))
     con.execute(db.load_sql("schema_migrations.sql"))
     for version, name, text in db.migrations():
         if version <= 17:
             con.execute(text)
             con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
-    for table, frame in frames(result).items():
+    for table, frame in frames(stored).items():
         db.append(con, table, frame.rename(columns={"round": "block"}))
     assert db.migrate(con) == ["018_rounds.sql"]
     assert con.execute("select table_name from duckdb_columns() where column_name = 'block' "

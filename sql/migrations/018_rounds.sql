@@ -10,3 +10,10 @@ ALTER TABLE quality_results RENAME COLUMN block TO round;
 ALTER TABLE probes RENAME COLUMN block TO round;
 ALTER TABLE ranks RENAME COLUMN block TO round;
 ALTER TABLE cell_metrics RENAME COLUMN block TO round;
+
+-- A run's recorded experiment file says rounds and max_rounds too (were blocks, max_blocks), so that
+-- `specwatch report RUN_ID` re-reads the spec of a run stored before: a key set to NULL is removed.
+UPDATE runs SET experiment = json_merge_patch(experiment, json_object('design', json_object(
+    'blocks', NULL, 'rounds', json_extract(experiment, '$.design.blocks'),
+    'max_blocks', NULL, 'max_rounds', json_extract(experiment, '$.design.max_blocks'))))
+WHERE json_exists(experiment, '$.design.blocks') OR json_exists(experiment, '$.design.max_blocks');
