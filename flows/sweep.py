@@ -1,8 +1,8 @@
-"""The context-length sweep: per arm, in restart blocks as the A/B runs them, each depth's warm-up and
+"""The context-length sweep: per arm, in rounds as the A/B runs them, each depth's warm-up and
 timed single-stream runs -> ingest -> sanity, sweep and history checks -> sweep report.
 
 It reuses the A/B flow's runner (specwatch/engine/experiment.py: images, checkpoint, launches in
-counterbalanced block order); only what a launch measures differs (specwatch/bench/sweep.py).
+counterbalanced round order); only what a launch measures differs (specwatch/bench/sweep.py).
 Depth-agnostic: the depths come from the file, or from the server's max_model_len.
 """
 
@@ -65,7 +65,7 @@ def sweep(
         return stopped
     try:
         ingest_run(result, run_dir, db_path)
-        # restart blocks give sweep points their intervals; the A/B's single-boot band check does not apply
+        # rounds give sweep points their intervals; the A/B's single-boot band check does not apply
         result.quality = check_quality(db_path, run_id, spec.baseline, spec.thresholds, regression_checks=False)
         result.quality += check_sweep(db_path, run_id, spec.thresholds, plan.cliff_drop)
         result.quality += check_history(db_path, run_id, spec.thresholds, "auto", None)

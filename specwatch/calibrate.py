@@ -34,7 +34,7 @@ def aa_spec(spec: ExperimentSpec, arm: str | None, rounds: int) -> ExperimentSpe
     else:
         _check_identical(spec)
         arms = list(spec.arms)
-    design = spec.design.model_copy(update={"blocks": rounds, "adaptive": False, "max_blocks": None,
+    design = spec.design.model_copy(update={"rounds": rounds, "adaptive": False, "max_rounds": None,
                                             "varies": None, "allow_confounded": False, "variance_from": None})
     # Through model_validate, not model_copy: the copy must pass the spec's own checks.
     return ExperimentSpec.model_validate({**spec.model_dump(), "arms": [a.model_dump() for a in arms],

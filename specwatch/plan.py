@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specwatch import ranks as rk
-from specwatch.analysis.blocks import block_order
+from specwatch.analysis.rounds import round_order
 from specwatch.analysis.sequential import COMPOSITE, PriorVariance, rounds_needed
 from specwatch.analysis.verdict import declared_levels, sequential_design
 from specwatch.engine.images.registry import backend_for
@@ -35,7 +35,7 @@ class ArmPlan:
 @dataclass(frozen=True)
 class Plan:
     arms: list[ArmPlan]
-    blocks: int
+    rounds: int
     launches: int
     seconds: float
     order: list[tuple[str, int]]
@@ -48,7 +48,7 @@ def planned_platforms(spec: ExperimentSpec) -> dict[str, Platform]:
     return {image.name: platform_of(backend_for(image).package(image)) for image in spec.images}
 
 
-def _block_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
+def _round_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
     """One launch's cells, warm-ups and probes at `decode_tok_s` per stream."""
     wl, design = spec.workload, spec.design
     # an open-loop cell lasts as long as its schedule (requests / rate), plus the last request's decode
@@ -64,7 +64,7 @@ def _block_s(spec: ExperimentSpec, decode_tok_s: float) -> float:
 
 def plan(spec: ExperimentSpec) -> Plan:
     wl, design = spec.workload, spec.design
-    blocks = design.max_blocks if design.adaptive and design.max_blocks else design.blocks
+    rounds = design.max_rounds if design.adaptive and design.max_rounds else design.rounds
     rates = len(wl.request_rates) + (1 if wl.ramp_up else 0)
     cells = (len(wl.concurrency) + rates) * len(wl.classes)
     rows, total, launches = [], 0.0, 0
@@ -73,16 +73,16 @@ def plan(spec: ExperimentSpec) -> Plan:
         image = spec.image(arm.image)
         platform = platforms[image.name]
         launcher = launcher_for(arm, image)
-        boots = blocks if launcher.boots else 0
+        boots = rounds if launcher.boots else 0
         launches += boots
-        total += boots * platform.boot_estimate_s + blocks * _block_s(spec, platform.decode_estimate_tok_s)
+        total += boots * platform.boot_estimate_s + rounds * _round_s(spec, platform.decode_estimate_tok_s)
         rows.append(ArmPlan(
             arm=arm.name, image=backend_for(image).describe(image), platform=platform.name, launcher=launcher.name,
-            method=arm.speculative.method if arm.speculative else "off", k=arm.k, cells=cells * blocks,
-            requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(blocks * len(wl.classes) * (
+            method=arm.speculative.method if arm.speculative else "off", k=arm.k, cells=cells * rounds,
+            requests=f"{wl.duration_s:g}s/cell" if wl.duration_s else str(rounds * len(wl.classes) * (
                 sum(wl.cell_requests(c) for c in wl.concurrency) + rates * wl.requests_per_cell)),
         ))
-    return Plan(rows, blocks, launches, total, block_order([a.name for a in spec.arms], design.blocks), platforms)
+    return Plan(rows, rounds, launches, total, round_order([a.name for a in spec.arms], design.rounds), platforms)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class RankLaunch:
     env: dict[str, str]  # the rendered env file, secrets redacted
 
 
-def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: int = 1) -> list[RankLaunch]:
+def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], round_no: int = 1) -> list[RankLaunch]:
     """Per arm and rank, the exact launch (workers first, the head last; an arm without ranks is one
     server, rank 0), for `specwatch validate --plan`, as its launcher shows it. An arm whose launcher
     starts nothing (an endpoint) launches nothing.
@@ -115,7 +115,7 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], block: i
         ctx = LaunchContext(model_dir=Path(str(model)), served_name=spec.served_name, arm_dir=Path("."),
                             max_model_len=spec.model.max_model_len, ranks=tuple(rendered),
                             max_concurrency=spec.workload.max_streams)
-        launch = f"<run>-{arm.name}-b{block}"
+        launch = f"<run>-{arm.name}-b{round_no}"
         ranks: list[rk.Rank | None] = [*sorted(rendered, key=lambda r: r.role == "head")] or [None]
         for rank in ranks:
             argv = launcher.plan_argv(arm, platforms[image.name], ctx, rank, launch, image)
@@ -162,7 +162,7 @@ def rounds_plan(spec: ExperimentSpec, p: Plan, priors: Mapping[tuple[str, str], 
     The noisiest level sets the run's need: PROMOTE needs every cell shown non-inferior."""
     design = sequential_design(spec)
     effect = 2 * design.band
-    per_round_min = p.seconds / p.blocks / 60 if p.blocks else 0.0
+    per_round_min = p.seconds / p.rounds / 60 if p.rounds else 0.0
     stored = (priors or {}).get((COMPOSITE, spec.verdict.metrics[0]))
     gpu = any(pl.name == "gpu" for pl in p.platforms.values())
     if stored is not None:

@@ -38,7 +38,7 @@ P99 = 0.99
 ITL_BUCKET_RATIO = 1.01
 ITL_FLOOR_MS = 0.001  # gaps below 1 us (chunks of one read) share the lowest bucket
 
-RESULTS_SCHEMA_VERSION: Literal[4] = 4
+RESULTS_SCHEMA_VERSION: Literal[5] = 5
 LoadMode = Literal["closed", "rate"]
 
 
@@ -655,7 +655,7 @@ class LaunchRecord(_Record):
 
 class ArmResult(_Record):
     name: str
-    block: int = 1
+    round: int = 1
     image: str
     method: str | None = None
     k: int | None = None
@@ -677,7 +677,7 @@ class ArmResult(_Record):
 
 class QualityRecord(_Record):
     arm: str
-    block: int | None = 1  # None: a check over all blocks
+    round: int | None = 1  # None: a check over all rounds
     cell: str | None = None  # CellKey.id; None: a check over the whole arm
     concurrency: int | None = None
     prompt_class: str | None = None
@@ -711,7 +711,7 @@ class Provenance(_Record):
 
 
 class RunResult(_Record):
-    schema_version: Literal[4] = RESULTS_SCHEMA_VERSION
+    schema_version: Literal[5] = RESULTS_SCHEMA_VERSION
     run_id: str
     flow_run_id: str | None = None
     experiment_name: str

@@ -46,8 +46,8 @@ class _MeasureTask:
 @task(name="launch_arm", cache_policy=NO_CACHE, retries=0)
 def launch_arm(
     arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
-    namespace: str, block: int = 1, on_cell: CellCallback | None = None, sweep: SweepSpec | None = None,
+    namespace: str, round_no: int = 1, on_cell: CellCallback | None = None, sweep: SweepSpec | None = None,
 ) -> ArmResult:
     """`on_cell`: called in this process with each cell as it finishes (the flow writes it to results.json).
     `sweep`: measure the launch's context-length sweep (flows/sweep.py) instead of the workload's cells."""
-    return run_arm(arm, spec, image, ctx, facts, namespace, block, runner=_MeasureTask(on_cell, sweep))
+    return run_arm(arm, spec, image, ctx, facts, namespace, round_no, runner=_MeasureTask(on_cell, sweep))

@@ -1,4 +1,4 @@
-"""specwatch.analysis: block order, CI maths, verdict rule, cost model, adaptive stopping."""
+"""specwatch.analysis: round order, CI maths, verdict rule, cost model, adaptive stopping."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from scipy import stats as sst
 from benchmarks.simulation import simulate, wrong_call
 from specwatch.analysis.acceptance import decay, tail_collapsed
 from specwatch.analysis.adaptive import adaptive_decision
-from specwatch.analysis.blocks import block_order, pair_blocks
 from specwatch.analysis.cost import fit_step_time, predict_k, prediction_error, step_time_from
 from specwatch.analysis.decision import CellVerdict, VerdictRule, classify, experiment_verdict
 from specwatch.analysis.intervals import (
@@ -24,12 +23,13 @@ from specwatch.analysis.intervals import (
     log_ratio_interval,
     relative_diff_ci,
 )
+from specwatch.analysis.rounds import pair_rounds, round_order
 from specwatch.analysis.sequential import CellSeries, SequentialDecision, SequentialDesign, decide
 from specwatch.records import CellKey
 
 DOMAIN_K7 = [0.94, 0.86, 0.77, 0.69, 0.61, 0.49, 0.35]
 
-# ------------------------------------------------------------------------------------ block order
+# ------------------------------------------------------------------------------------ round order
 
 
 def _arms(order: list[tuple[str, int]]) -> str:
@@ -37,14 +37,14 @@ def _arms(order: list[tuple[str, int]]) -> str:
 
 
 def test_two_arms_follow_thue_morse() -> None:
-    order = block_order(["A", "B"], 3)
+    order = round_order(["A", "B"], 3)
     assert order == [("A", 1), ("B", 1), ("B", 2), ("A", 2), ("B", 3), ("A", 3)]
-    assert _arms(block_order(["A", "B"], 8)) == " ".join("AB"[bin(i).count("1") % 2] for i in range(16))
+    assert _arms(round_order(["A", "B"], 8)) == " ".join("AB"[bin(i).count("1") % 2] for i in range(16))
 
 
 def test_two_arms_cancel_polynomial_drift() -> None:
     # 16 launches = 2^4: sums of position^d agree for d <= 3 (Prouhet-Tarry-Escott).
-    order = block_order(["A", "B"], 8)
+    order = round_order(["A", "B"], 8)
     pos = {arm: [i for i, (a, _) in enumerate(order) if a == arm] for arm in "AB"}
     for d in range(4):
         assert sum(p**d for p in pos["A"]) == sum(p**d for p in pos["B"])
@@ -52,10 +52,10 @@ def test_two_arms_cancel_polynomial_drift() -> None:
 
 def _check_balance(arms: list[str], cycle_rounds: int) -> None:
     m = len(arms)
-    order = block_order(arms, cycle_rounds)
+    order = round_order(arms, cycle_rounds)
     assert len(order) == m * cycle_rounds
     rounds = [order[i : i + m] for i in range(0, len(order), m)]
-    # 1. round i holds block i of every arm
+    # 1. round i holds the i-th launch of every arm
     for i, rnd in enumerate(rounds, start=1):
         assert sorted(a for a, _ in rnd) == sorted(arms)
         assert {b for _, b in rnd} == {i}
@@ -78,35 +78,35 @@ def test_more_arms_are_balanced(arms: list[str], cycle: int) -> None:
     _check_balance(arms, 2 * cycle)
 
 
-def test_block_order_extends_as_a_prefix() -> None:
+def test_round_order_extends_as_a_prefix() -> None:
     # adaptive stopping adds one round at a time; the earlier launches must not change
     for arms in (["A", "B"], ["A", "B", "C"], list("ABCD")):
         for n in range(12):
-            assert block_order(arms, n + 1)[: n * len(arms)] == block_order(arms, n)
+            assert round_order(arms, n + 1)[: n * len(arms)] == round_order(arms, n)
 
 
-def test_block_order_rejects_bad_input() -> None:
+def test_round_order_rejects_bad_input() -> None:
     with pytest.raises(ValueError):
-        block_order(["A", "A"], 3)
+        round_order(["A", "A"], 3)
     with pytest.raises(ValueError):
-        block_order([], 3)
-    assert block_order(["A", "B"], 0) == []
+        round_order([], 3)
+    assert round_order(["A", "B"], 0) == []
 
 
-def test_pair_blocks_pairs_adjacent_launches() -> None:
-    order = block_order(["base", "cand"], 5)
-    pairs = pair_blocks(order, "base", "cand")
+def test_pair_rounds_pairs_adjacent_launches() -> None:
+    order = round_order(["base", "cand"], 5)
+    pairs = pair_rounds(order, "base", "cand")
     assert pairs == [(i, i) for i in range(1, 6)]
     index = {launch: i for i, launch in enumerate(order)}
     for b, c in pairs:
         assert abs(index[("base", b)] - index[("cand", c)]) == 1
     # three arms: partners share a round
-    order3 = block_order(["x", "y", "z"], 4)
+    order3 = round_order(["x", "y", "z"], 4)
     index3 = {launch: i for i, launch in enumerate(order3)}
-    for b, c in pair_blocks(order3, "x", "z"):
+    for b, c in pair_rounds(order3, "x", "z"):
         assert index3[("x", b)] // 3 == index3[("z", c)] // 3
     # a trailing launch without a partner is left out
-    assert pair_blocks(order[:-1], "base", "cand") == [(i, i) for i in range(1, 5)]
+    assert pair_rounds(order[:-1], "base", "cand") == [(i, i) for i in range(1, 5)]
 
 
 # ---------------------------------------------------------------------------------------- CI maths
@@ -132,7 +132,7 @@ def test_identical_arms_contain_zero() -> None:
     assert same is not None and same.estimate == 0 and same.low == 0 == same.high
 
 
-def test_few_blocks_give_wider_interval() -> None:
+def test_few_rounds_give_wider_interval() -> None:
     rng = np.random.default_rng(5)
     base = rng.normal(55, 5.5, 12)
     cand = 1.05 * rng.normal(55, 5.5, 12)
@@ -162,7 +162,7 @@ def test_small_and_degenerate_inputs() -> None:
     assert classify(one, 0.05) == "inconclusive"
     two = relative_diff_ci([50.0, 52.0], [55.0, 56.0])
     assert two is not None and two.method == METHOD_T and two.n_pairs == 2
-    # a rejected block (NaN) drops its pair rather than counting as zero
+    # a rejected round (NaN) drops its pair rather than counting as zero
     dropped = relative_diff_ci([50.0, float("nan"), 60.0, 55.0], [55.0, 40.0, 66.0, 60.5])
     assert dropped is not None and dropped.n_pairs == 3
     with pytest.raises(ValueError):
@@ -173,7 +173,7 @@ def test_small_and_degenerate_inputs() -> None:
 
 @pytest.mark.parametrize("n", [3, 4, 6])
 def test_coverage_by_simulation(n: int) -> None:
-    # True effect 0; each arm's block median carries 10 % noise; 2000 experiments at once.
+    # True effect 0; each arm's round median carries 10 % noise; 2000 experiments at once.
     rng = np.random.default_rng(100 + n)
     base = 55 * (1 + 0.10 * rng.standard_normal((2000, n)))
     cand = 55 * (1 + 0.10 * rng.standard_normal((2000, n)))
@@ -364,27 +364,27 @@ def test_adaptive_stops_early_on_big_effect_not_on_null() -> None:
     big = 55 * 1.4 * (1 + 0.05 * rng.standard_normal(10))
     null = 55 * (1 + 0.05 * rng.standard_normal(10))
 
-    def blocks_used(cand: np.ndarray) -> int:
+    def rounds_used(cand: np.ndarray) -> int:
         n = 1
         while True:
             ci = relative_diff_ci(base[:n], cand[:n], n_resamples=2000)
-            if not adaptive_decision({"c1": ci}, 0.05, n, 3, 10).add_block:
+            if not adaptive_decision({"c1": ci}, 0.05, n, 3, 10).add_round:
                 return n
             n += 1
 
-    assert blocks_used(big) == 3
-    assert blocks_used(null) == 10
+    assert rounds_used(big) == 3
+    assert rounds_used(null) == 10
     stop = adaptive_decision({"c1": _ci(-0.1, 0.1), "c4": _ci(0.1, 0.2)}, 0.05, 10, 3, 10)
-    assert not stop.add_block and stop.pending == ["c1"] and "maximum" in stop.reason
+    assert not stop.add_round and stop.pending == ["c1"] and "maximum" in stop.reason
 
 
 def test_simulation_design_comparison() -> None:
     rng = np.random.default_rng(9)
     big = simulate(1000, 0.40, 0.10, 0.05, (3, 10), adaptive=True, rng=rng, n_resamples=1000)
-    assert big.mean_blocks < 4 and big.decision_rates["gain"] > 0.95 and big.wrong_rate == 0
+    assert big.mean_rounds < 4 and big.decision_rates["gain"] > 0.95 and big.wrong_rate == 0
     null = simulate(1000, 0.0, 0.10, 0.05, (3, 10), adaptive=True, rng=rng, n_resamples=0)
-    assert null.mean_blocks > 9 and null.decision_rates["inconclusive"] > 0.9
+    assert null.mean_rounds > 9 and null.decision_rates["inconclusive"] > 0.9
     fixed = simulate(1000, 0.0, 0.10, 0.05, (3, 6), adaptive=False, rng=rng, n_resamples=0)
-    assert fixed.mean_blocks == 6 and sum(fixed.decision_rates.values()) == pytest.approx(1.0)
+    assert fixed.mean_rounds == 6 and sum(fixed.decision_rates.values()) == pytest.approx(1.0)
     assert wrong_call("gain", 0.03, 0.05) and wrong_call("regression", 0.10, 0.05)
     assert wrong_call("flat", 0.08, 0.05) and not wrong_call("inconclusive", 0.0, 0.05)

@@ -30,7 +30,7 @@ def experiment(extra: str = "", k: int = 3, boot_timeout_s: float = 30.0, env: d
                   "speculative": {"method": "ngram", "k": k, "prompt_lookup_max": 4, "fallback": fallback or []},
                   "boot_timeout_s": boot_timeout_s, "env": env or {}}],
         "baseline": "cand",
-        "design": {"blocks": 1, "probes": 2, "probe_tokens": 12},
+        "design": {"rounds": 1, "probes": 2, "probe_tokens": 12},
         "workload": {"prompt_classes": ["json"], "prompt_tokens": 32, "max_tokens": 24, "concurrency": [1, 2],
                      "requests_per_cell": 2, "warmup_requests": 1},
     })

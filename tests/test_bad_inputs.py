@@ -133,7 +133,7 @@ def _problems(tmp_path: Path, **sections: dict) -> list[str]:
      "workload.concurrency[1]: 1000000 is over specwatch's cap of 65,536 (one TCP connection per request"),
     ("workload", {"max_tokens": 10**9}, "workload.max_tokens: 1000000000 is over specwatch's cap of 16,777,216"),
     ("workload", {"duration_s": float("inf")}, "workload.duration_s: Input should be a finite number"),
-    ("design", {"blocks": 10**6}, "design.blocks: 1000000 is over specwatch's cap of 1,000"),
+    ("design", {"rounds": 10**6}, "design.rounds: 1000000 is over specwatch's cap of 1,000"),
 ])
 def test_sizes_past_a_cap_name_the_cap(tmp_path: Path, section: str, values: dict, problem: str) -> None:
     problems = _problems(tmp_path, **{section: values})
@@ -171,3 +171,14 @@ def test_cell_sizing_problems_are_one_line_from_validate(tmp_path: Path, values:
     path = tmp_path / "e.yaml"  # the file _problems wrote, through the CLI: one line, no traceback
     res = runner.invoke(app, ["validate", str(path)])
     assert res.exit_code == 1 and "Traceback" not in res.output and problem in res.output
+
+
+@pytest.mark.parametrize("old,value,line", [
+    ("blocks", 3, "design.blocks: renamed to design.rounds; fix: write `rounds: 3`"),
+    ("max_blocks", 6, "design.max_blocks: renamed to design.max_rounds; fix: write `max_rounds: 6`"),
+])
+def test_a_key_issue_22_renamed_is_one_line_naming_the_new_key(tmp_path: Path, old: str, value: int,
+                                                                line: str) -> None:
+    assert _problems(tmp_path, design={old: value}) == [line]
+    res = runner.invoke(app, ["validate", str(tmp_path / "e.yaml")])
+    assert res.exit_code == 1 and "Traceback" not in res.output and line in res.output

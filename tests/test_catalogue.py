@@ -97,7 +97,7 @@ def test_the_history_check_judges_it_against_the_previous_run(tmp_path: Path) ->
 
 @pytest.mark.usefixtures("registered")
 def test_the_verdict_judges_it_and_the_report_shows_its_column() -> None:
-    exp = endpoint_ab("demo", "http://127.0.0.1:1", "http://127.0.0.1:2", {"blocks": 1},
+    exp = endpoint_ab("demo", "http://127.0.0.1:1", "http://127.0.0.1:2", {"rounds": 1},
                       {"prompt_classes": ["code", "prose"], "concurrency": [1, 4], "prompt_tokens": 128})
     exp["verdict"] = {"metrics": ["decode_tok_s", "prefill_tok_s"]}
     result = _ab().model_copy(update={"experiment": exp})
@@ -131,11 +131,13 @@ def test_migration_014_moves_the_stored_runs_metrics_into_cell_metrics(tmp_path:
     for table, frame in frames(result).items():
         if table != "cell_metrics":  # the columns a database at 013 has: later migrations add more
             old = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}
+            # launches were numbered by `block` until migration 018
+            frame = frame.rename(columns={"round": "block"})
             db.append(con, table, frame[[c for c in frame.columns if c in old]])
     assert db.migrate(con)[0] == "014_cell_metrics.sql"
-    moved = con.execute("SELECT arm, block, cell, metric, value FROM cell_metrics").fetchall()
+    moved = con.execute("SELECT arm, round, cell, metric, value FROM cell_metrics").fetchall()
     con.close()
-    written = frames(result)["cell_metrics"][["arm", "block", "cell", "metric", "value"]]
+    written = frames(result)["cell_metrics"][["arm", "round", "cell", "metric", "value"]]
     assert sorted(moved) == sorted(written.itertuples(index=False, name=None))
     assert len(moved) > 8 * 10  # every cell, its figures present under 100 requests
 

@@ -46,7 +46,7 @@ def test_rounds_plan_uses_a_stored_variance_where_there_is_one() -> None:
     (stored,) = rounds_plan(spec, p, {(COMPOSITE, "decode_tok_s"): PriorVariance(0.02, 20, "A/A 2026-12-02")})
     assert stored.source == "stored: A/A 2026-12-02 (df 20)" and stored.level == "all"
     assert stored.rounds is not None and default.rounds is not None and stored.rounds < 10 < default.rounds
-    assert stored.minutes == pytest.approx(stored.rounds * p.seconds / p.blocks / 60)
+    assert stored.minutes == pytest.approx(stored.rounds * p.seconds / p.rounds / 60)
 
 
 def test_validate_bad_file_one_line_per_problem_and_no_traceback(tmp_path: Path) -> None:

@@ -45,8 +45,8 @@ WORKLOAD = {"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens
             "requests_per_cell": 4, "warmup_requests": 2, "warmup_wave": True}
 
 
-def spec_of(base_url: str, cand_url: str, blocks: int = 2) -> ExperimentSpec:
-    doc = endpoint_ab("crn", base_url, cand_url, design={"blocks": blocks, "probes": 2, "probe_tokens": 8},
+def spec_of(base_url: str, cand_url: str, rounds: int = 2) -> ExperimentSpec:
+    doc = endpoint_ab("crn", base_url, cand_url, design={"rounds": rounds, "probes": 2, "probe_tokens": 8},
                       workload=WORKLOAD)
     doc["thresholds"] = LOOSE_CLIENT_GATES  # a loaded CI host's client gates are not what this is about
     return ExperimentSpec.model_validate(doc)
@@ -63,9 +63,9 @@ def run(spec: ExperimentSpec, tmp: Path) -> RunResult:
 
 
 def _launch(arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
-            namespace: str, block: int = 1, on_cell: CellCallback | None = None, sweep: SweepSpec | None = None
+            namespace: str, round_no: int = 1, on_cell: CellCallback | None = None, sweep: SweepSpec | None = None
             ) -> ArmResult:
-    return run_arm(arm, spec, image, ctx, facts, namespace, block, runner=InProcess(on_cell))
+    return run_arm(arm, spec, image, ctx, facts, namespace, round_no, runner=InProcess(on_cell))
 
 
 def _no_checkpoint(*_: object) -> CheckpointFacts:
@@ -73,8 +73,8 @@ def _no_checkpoint(*_: object) -> CheckpointFacts:
 
 
 def requests_by_launch(result: RunResult) -> dict[tuple[str, int], dict[tuple[str, int], str | None]]:
-    """(arm, block) -> (cell, index) -> request id."""
-    return {(a.name, a.block): {(c.cell, r.index): r.request_id for c in a.cells for r in c.requests}
+    """(arm, round) -> (cell, index) -> request id."""
+    return {(a.name, a.round): {(c.cell, r.index): r.request_id for c in a.cells for r in c.requests}
             for a in result.arms}
 
 
@@ -116,9 +116,9 @@ def paired(tmp_path_factory: pytest.TempPathFactory) -> tuple[ExperimentSpec, Ru
 def test_the_arms_of_a_round_send_the_same_requests_and_rounds_differ(paired) -> None:
     _, result, _ = paired
     launches = requests_by_launch(result)
-    for block in (1, 2):
-        assert launches[("base", block)] == launches[("cand", block)]
-        assert len(launches[("base", block)]) == 16  # 4 cells x 4 requests
+    for round_no in (1, 2):
+        assert launches[("base", round_no)] == launches[("cand", round_no)]
+        assert len(launches[("base", round_no)]) == 16  # 4 cells x 4 requests
     assert not set(launches[("base", 1)].values()) & set(launches[("base", 2)].values())
 
 
@@ -139,7 +139,7 @@ def test_each_output_hash_is_stored_and_the_match_rate_reported(paired) -> None:
 
 def test_arms_that_share_a_server_get_nonces_of_their_own(tmp_path: Path) -> None:
     with run_fake_vllm(SERVER) as url:
-        spec = spec_of(url, url, blocks=1)
+        spec = spec_of(url, url, rounds=1)
         result = run(spec, tmp_path)
     launches = requests_by_launch(result)
     base, cand = launches[("base", 1)], launches[("cand", 1)]

@@ -21,7 +21,7 @@ from specwatch.spec import ArmSpec, ExperimentSpec, ModelSpec, SweepSpec
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES, command_ab, fake_checkpoint
 
 LOG = logging.getLogger("test_decisive")
-DESIGN = {"blocks": 3, "max_blocks": 6, "adaptive": True, "probes": 0}
+DESIGN = {"rounds": 3, "max_rounds": 6, "adaptive": True, "probes": 0}
 
 
 def planted(tmp: Path, base_args: list[str], cand_args: list[str]) -> ExperimentSpec:
@@ -39,8 +39,8 @@ def planted(tmp: Path, base_args: list[str], cand_args: list[str]) -> Experiment
 
 
 def launch(arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
-           namespace: str, block: int = 1, on_cell: object = None, sweep: SweepSpec | None = None) -> ArmResult:
-    return run_arm(arm, spec, image, ctx, facts, namespace, block, runner=InProcess())
+           namespace: str, round_no: int = 1, on_cell: object = None, sweep: SweepSpec | None = None) -> ArmResult:
+    return run_arm(arm, spec, image, ctx, facts, namespace, round_no, runner=InProcess())
 
 
 def run(spec: ExperimentSpec, tmp: Path) -> tuple[RunResult, Assessment]:
@@ -86,7 +86,7 @@ def test_a_batched_cell_sends_whole_waves_and_every_launch_completes_the_same_re
                    ["--launch-sd", "0.05", "--step-ms", "3", "--step-ms-per-seq", "0.05", "--slowdown", "0.8"])
     spec = resolve(spec.model_copy(update={
         "workload": spec.workload.model_copy(update={"concurrency": [16], "requests_per_cell": 16, "max_tokens": 24}),
-        "design": spec.design.model_copy(update={"blocks": 2, "max_blocks": None, "adaptive": False}),
+        "design": spec.design.model_copy(update={"rounds": 2, "max_rounds": None, "adaptive": False}),
         # a loaded 2-core host leaves slots empty between short requests: the gate is not under test here
         "thresholds": spec.thresholds.model_copy(update={"min_running_share": 0.5})}))
     assert spec.workload.cell_requests(16) == 256

@@ -28,7 +28,7 @@ ARTIFACTS = Path(os.environ.get("SPECWATCH_TEST_ARTIFACTS", Path(__file__).resol
 
 
 def experiment(base: str, cand: str) -> dict:
-    return endpoint_ab("deployed-ab", base, cand, design={"blocks": 1, "probes": 1, "probe_tokens": 8},
+    return endpoint_ab("deployed-ab", base, cand, design={"rounds": 1, "probes": 1, "probe_tokens": 8},
                        workload={"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 64,
                                  "concurrency": [1], "requests_per_cell": 3, "warmup_requests": 1})
 
@@ -175,7 +175,7 @@ def test_cancelling_a_deployed_run_stops_its_servers_and_stores_it_partial(stack
            "images": [{"name": "py", "backend": "python", "python": sys.executable}],
            "arms": [{"name": n, "image": "py", "launcher": "command", "command": slow, "speculative": ngram}
                     for n in ("base", "cand")],
-           "baseline": "base", "design": {"blocks": 1, "probes": 0}, "thresholds": LOOSE_CLIENT_GATES,
+           "baseline": "base", "design": {"rounds": 1, "probes": 0}, "thresholds": LOOSE_CLIENT_GATES,
            "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 24, "max_tokens": 48,
                         "concurrency": [1], "requests_per_cell": 8, "warmup_requests": 1}}
     deployment = call(api.get, "/deployments/name/specwatch-ab/ab-on-demand").json()

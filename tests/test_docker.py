@@ -98,7 +98,7 @@ def test_an_ab_with_one_arm_in_a_local_container_and_one_on_a_remote_host_over_s
                   "env": {"HF_TOKEN": "hf_never_stored"}, "speculative": {**ngram, "k": 5}}],
         "baseline": "k3",
         # the arms differ in k, host and env: a launch-path test, not a question about k
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8, "allow_confounded": True},
+        "design": {"rounds": 1, "probes": 1, "probe_tokens": 8, "allow_confounded": True},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 32, "concurrency": [1],
                      "requests_per_cell": 2, "warmup_requests": 1},
     })

@@ -27,7 +27,7 @@ CLASSES = ["code", "json"]  # two cells per launch: the first finishes, the faul
 REQUESTS = 4
 
 
-def experiment(ckpt: Path, cand_faults: str, blocks: int = 1, boot_timeout_s: float = 20,
+def experiment(ckpt: Path, cand_faults: str, rounds: int = 1, boot_timeout_s: float = 20,
                **workload: Any) -> ExperimentSpec:
     return ExperimentSpec.model_validate({
         "name": "faults", "model": {"path": str(ckpt), "served_name": "demo"},
@@ -35,7 +35,7 @@ def experiment(ckpt: Path, cand_faults: str, blocks: int = 1, boot_timeout_s: fl
         "arms": [{"name": "base", "image": "py", "launcher": "command", "command": FAKE, "speculative": NGRAM},
                  {"name": "cand", "image": "py", "launcher": "command", "command": f"{FAKE} {cand_faults}",
                   "speculative": NGRAM, "boot_timeout_s": boot_timeout_s}],
-        "baseline": "base", "design": {"blocks": blocks, "probes": 0},
+        "baseline": "base", "design": {"rounds": rounds, "probes": 0},
         "thresholds": LOOSE_CLIENT_GATES,
         "workload": {"prompt_classes": CLASSES, "prompt_tokens": 24, "max_tokens": 12, "concurrency": [1],
                      "requests_per_cell": REQUESTS, "warmup_requests": 1, **workload}})
@@ -60,29 +60,29 @@ def run_ab(spec: ExperimentSpec, db: Path) -> Any:
 
 
 def cells(db: Path, arm: str) -> list[tuple[Any, ...]]:
-    return q(db, "select block, prompt_class, rejected, reject_reason, requests_failed, counters_error, flags "
-                 "from cells where arm = $arm order by block, prompt_class", {"arm": arm})
+    return q(db, "select round, prompt_class, rejected, reject_reason, requests_failed, counters_error, flags "
+                 "from cells where arm = $arm order by round, prompt_class", {"arm": arm})
 
 
-def assert_baseline_kept(db: Path, blocks: int = 1) -> None:
+def assert_baseline_kept(db: Path, rounds: int = 1) -> None:
     """The baseline arm's cells and requests all reached DuckDB, measured and accepted."""
     base = cells(db, "base")
-    assert [(b, c, rej) for b, c, rej, *_ in base] == [(b, c, False) for b in range(1, blocks + 1) for c in CLASSES]
+    assert [(b, c, rej) for b, c, rej, *_ in base] == [(b, c, False) for b in range(1, rounds + 1) for c in CLASSES]
     assert q(db, "select count(*) from requests where arm = 'base' and status = 'ok'") == \
-        [(REQUESTS * len(CLASSES) * blocks,)]
+        [(REQUESTS * len(CLASSES) * rounds,)]
 
 
 @pytest.fixture(scope="module")
 def crashed(prefect_api: None, ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
     db = tmp_path_factory.mktemp("crash") / "h.duckdb"
-    # warm-up + the first cell's 4 requests + 1: SIGKILLed during the candidate's second cell, in both blocks
-    return run_ab(experiment(ckpt, "--crash-after 6", blocks=2), db), db
+    # warm-up + the first cell's 4 requests + 1: SIGKILLed during the candidate's second cell, in both rounds
+    return run_ab(experiment(ckpt, "--crash-after 6", rounds=2), db), db
 
 
 def test_server_killed_mid_cell_keeps_the_cells_before_and_the_run_goes_on(crashed: tuple[Any, Path]) -> None:
     outcome, db = crashed
     assert outcome.exit_code in (3, 4)  # incomplete (3 when the accepted cells also flag a regression)
-    arms = q(db, "select arm, block, status, reason from arms order by started_at")
+    arms = q(db, "select arm, round, status, reason from arms order by started_at")
     assert [(a, b, s) for a, b, s, _ in arms] == [("base", 1, "ok"), ("cand", 1, "failed"), ("cand", 2, "failed"),
                                                   ("base", 2, "ok")]  # the run went on with the next launch
     for _, _, _, reason in arms[1:3]:
@@ -95,7 +95,7 @@ def test_server_killed_mid_cell_keeps_the_cells_before_and_the_run_goes_on(crash
     assert all(failed == 0 for _, _, rej, _, failed, *_ in cand if not rej)
     assert all(r.startswith("server exited (code -9)") for *_, rej, r, _, _, _ in cand if rej)
     assert q(db, "select count(*) from requests where arm = 'cand' and status = 'ok'") == [(2 * REQUESTS,)]
-    assert_baseline_kept(db, blocks=2)
+    assert_baseline_kept(db, rounds=2)
 
 
 def test_server_never_ready_fails_the_arm_within_its_boot_timeout(prefect_api: None, ckpt: Path,

@@ -19,9 +19,9 @@ def server(*extra: str) -> list[str]:
             "--step-ms", "6", *extra]
 
 
-def experiment(base_url: str, cand_url: str, blocks: int = 1, **workload: object) -> ExperimentSpec:
+def experiment(base_url: str, cand_url: str, rounds: int = 1, **workload: object) -> ExperimentSpec:
     return ExperimentSpec.model_validate(endpoint_ab(
-        "flow-test", base_url, cand_url, design={"blocks": blocks, "probes": 2, "probe_tokens": 16},
+        "flow-test", base_url, cand_url, design={"rounds": rounds, "probes": 2, "probe_tokens": 16},
         workload={"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens": 256,
                   "concurrency": [1, 2], "requests_per_cell": 4, "warmup_requests": 1, **workload}))
 
@@ -73,23 +73,23 @@ def test_run_row_records_exit_code_and_report(planted) -> None:
 
 
 @pytest.fixture(scope="module")
-def planted_blocks(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
+def planted_rounds(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
     from flows.ab import ab
 
     db = tmp_path_factory.mktemp("db") / "h.duckdb"
     with run_fake_vllm(server()) as base, run_fake_vllm(server("--slowdown", "1.6")) as cand:
-        spec = experiment(base, cand, blocks=3, prompt_classes=["code"], concurrency=[1], max_tokens=96)
+        spec = experiment(base, cand, rounds=3, prompt_classes=["code"], concurrency=[1], max_tokens=96)
         outcome = ab(spec, db=str(db))
     return outcome, db
 
 
-def test_restart_blocks_alternate_and_the_sequential_verdict_reverts(planted_blocks) -> None:
-    outcome, db = planted_blocks
-    launches = q(db, "select arm, block from arms order by started_at")
+def test_rounds_alternate_and_the_sequential_verdict_reverts(planted_rounds) -> None:
+    outcome, db = planted_rounds
+    launches = q(db, "select arm, round from arms order by started_at")
     assert launches == [("base", 1), ("cand", 1), ("cand", 2), ("base", 2), ("cand", 3), ("base", 3)]
     (row,) = q(db, "select passed, value, detail from quality_results where check_name = 'regression.ci.decode_tok_s'")
     assert row[0] is False and -0.5 < row[1] < -0.25 and "over 3 round(s)" in row[2]
-    # with blocks, the interval replaces the single-boot band check
+    # with rounds, the interval replaces the single-boot band check
     assert q(db, "select count(*) from quality_results where check_name = 'regression.decode_tok_s'") == [(0,)]
     assert q(db, "select count(*) from quality_results where check_name = 'correctness.greedy_match'") == [(0,)]
     assert outcome.exit_code == 3 and outcome.headline.startswith("REVERT")

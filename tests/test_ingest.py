@@ -122,8 +122,41 @@ def test_migration_004_carries_rows_over_with_their_cell_key(tmp_path: Path) -> 
     assert con.execute("select cell from quality_results").fetchall() == [("closed/c4/prose/p128",)]
     # the cell is the key now: a second row for the same cell is refused
     with pytest.raises(duckdb.ConstraintException):
-        con.execute("insert into cells (run_id, arm, block, cell, load_mode, prompt_class, prompt_tokens, rejected) "
+        con.execute("insert into cells (run_id, arm, round, cell, load_mode, prompt_class, prompt_tokens, rejected) "
                     "values ('r1', 'k5', 1, 'closed/c1/code/p128', 'closed', 'code', 128, false)")
+    con.close()
+
+
+def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path) -> None:
+    """A database at schema 017 (launches numbered by `block`, the experiment's design.blocks) holding a run:
+    every table's column is `round` after the upgrade, the run reads back whole with its design in rounds, the
+    views read the new column and the keys still hold."""
+    from specwatch.records import QualityRecord
+    from specwatch.store.ingest import frames, load
+
+    result = rf.run()
+    result.arms[0].probes = [[1, 2, 3]]
+    result.quality = [QualityRecord(arm="k5", round=None, check="c", metric="m", value=1.0, passed=False,
+                                    severity="regression")]
+    result.experiment["design"] = {"rounds": 3, "max_rounds": 5, "adaptive": True}
+    stored = result.model_copy(update={"experiment": {**result.experiment, "design": {
+        "blocks": 3, "max_blocks": 5, "adaptive": True}}})
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute(db.load_sql("schema_migrations.sql"))
+    for version, name, text in db.migrations():
+        if version <= 17:
+            con.execute(text)
+            con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
+    for table, frame in frames(stored).items():
+        db.append(con, table, frame.rename(columns={"round": "block"}))
+    assert db.migrate(con) == ["018_rounds.sql"]
+    assert con.execute("select table_name from duckdb_columns() where column_name = 'block' "
+                       "and database_name = current_database()").fetchall() == []
+    assert load(con, result.run_id).model_dump() == result.model_dump()
+    assert con.execute("select arm, round, count(*) from cell_results group by all order by arm").fetchall() == [
+        ("k3", 1, 4), ("k5", 1, 4)]
+    with pytest.raises(duckdb.ConstraintException):  # the primary key holds the renamed column
+        con.execute("insert into arms (run_id, arm, round, status) values (?, 'k5', 1, 'ok')", [result.run_id])
     con.close()
 
 

@@ -38,7 +38,7 @@ spec = ExperimentSpec.model_validate({
     "name": "t", "model": {"generate": {}, "served_name": "demo"}, "images": [{"name": "i", "version": "0"}],
     "arms": [{"name": "a", "image": "i", "launcher": "command", "command": cmd,
               "speculative": {"method": "ngram", "k": 2, "prompt_lookup_max": 3}}],
-    "baseline": "a", "design": {"blocks": 1, "probes": 0},
+    "baseline": "a", "design": {"rounds": 1, "probes": 0},
     "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 400, "concurrency": [1],
                  "requests_per_cell": 20, "warmup_requests": 0}})
 image = ImageRef(name="i", backend="venv", python=Path(sys.executable))

@@ -150,7 +150,7 @@ SERVE = ("{python} -m specwatch_testing.fake_vllm --port {port} --served-model-n
 def test_run_arm_launches_the_draft_from_the_checkpoint_facts(tmp_path: Path) -> None:
     doc = document(EARLY, CPU, PACKAGED, EARLY_K3)
     doc["arms"][1].update(launcher="command", command=SERVE, boot_timeout_s=30)
-    doc["design"] = {"blocks": 1, "probes": 1, "probe_tokens": 8}
+    doc["design"] = {"rounds": 1, "probes": 1, "probe_tokens": 8}
     doc["workload"] = {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 8, "concurrency": [1],
                        "requests_per_cell": 1, "warmup_requests": 1}
     spec = ExperimentSpec.model_validate(doc)

@@ -38,7 +38,7 @@ def test_tensor_parallel_over_two_ranks_in_two_namespaces(vllm_image: ImageRef, 
                                 {"host": "n1", "role": "worker",
                                  "env": {**rank_env, "GLOO_SOCKET_IFNAME": n1.interface}}]}],
             "baseline": "tp2",
-            "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+            "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
             "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
                          "requests_per_cell": 2, "warmup_requests": 1},
             # Both ranks bind their OpenMP threads to this host's two cores, so the client's loop shares

@@ -52,7 +52,7 @@ def test_poisson_gaps_are_exponential_and_gamma_gaps_follow_burstiness() -> None
 def test_a_schedule_is_seeded_per_cell() -> None:
     rates = [5.0] * 50
     a = schedule(rates, "poisson", 1.0, 0, "rate/r5/code/p128")
-    assert a == schedule(rates, "poisson", 1.0, 0, "rate/r5/code/p128")  # every arm, every block
+    assert a == schedule(rates, "poisson", 1.0, 0, "rate/r5/code/p128")  # every arm, every round
     assert a != schedule(rates, "poisson", 1.0, 0, "rate/r5/prose/p128")
     assert a != schedule(rates, "poisson", 1.0, 1, "rate/r5/code/p128")
     assert schedule([5.0], "poisson", 1.0, 0, "one") == [0.0] and schedule([], "poisson", 1.0, 0, "none") == []
@@ -167,7 +167,7 @@ def test_the_plan_counts_rate_cells_and_their_schedule() -> None:
     def spec(**workload: object) -> ExperimentSpec:
         return ExperimentSpec.model_validate({
             "name": "p", "model": {"generate": {}}, "images": [{"name": "cpu", "version": "0.32.0"}],
-            "arms": [{"name": "a", "image": "cpu"}], "baseline": "a", "design": {"blocks": 1},
+            "arms": [{"name": "a", "image": "cpu"}], "baseline": "a", "design": {"rounds": 1},
             "workload": {"prompt_classes": ["code"], "requests_per_cell": 100, **workload}})
 
     closed = plan(spec(concurrency=[4]))

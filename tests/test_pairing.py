@@ -65,9 +65,9 @@ def test_a_rejected_or_missing_cell_gives_nan() -> None:
 
 def test_compare_gives_one_series_per_cell_and_metric_with_its_prior() -> None:
     arms = []
-    for block in (1, 2):
-        arms += [rf.arm("k3", 3, 1.0, [0.8, 0.6, 0.4]).model_copy(update={"block": block}),
-                 rf.arm("k5", 5, 1.0 / 1.1, [0.8, 0.6, 0.4, 0.3, 0.2]).model_copy(update={"block": block})]
+    for round_no in (1, 2):
+        arms += [rf.arm("k3", 3, 1.0, [0.8, 0.6, 0.4]).model_copy(update={"round": round_no}),
+                 rf.arm("k5", 5, 1.0 / 1.1, [0.8, 0.6, 0.4, 0.3, 0.2]).model_copy(update={"round": round_no})]
     arms[-1] = arms[-1].model_copy(update={"status": "failed", "cells": []})  # k5's second launch failed
     result = rf.run(arms=arms)
     key = next(c.key for c in arms[0].cells if c.key.level == "c=1" and c.prompt_class == "code")

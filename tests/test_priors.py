@@ -50,9 +50,9 @@ def aa_run(aa: ExperimentSpec, run_id: str, decode_s: dict[str, list[float]],
     f = run_facts or facts()
     arms: list[ArmResult] = []
     for name, per_round in decode_s.items():
-        for block, seconds in enumerate(per_round, start=1):
+        for round_no, seconds in enumerate(per_round, start=1):
             one = rf.arm(name, 2, seconds, [80.0, 60.0])
-            arms.append(one.model_copy(update={"block": block, "image": "here", "image_ref": f.images["here"]}))
+            arms.append(one.model_copy(update={"round": round_no, "image": "here", "image_ref": f.images["here"]}))
     run = rf.run(run_id, arms)
     return run.model_copy(update={"checkpoint": f.checkpoint,
                                   "provenance": run.provenance.model_copy(update={"host": f.host})})
@@ -84,7 +84,7 @@ def stored(tmp_path: Path, aa: ExperimentSpec, run_id: str = "aa-1", decode: tup
 def test_an_arm_runs_in_both_slots_of_every_round(aa: ExperimentSpec) -> None:
     assert [a.name for a in aa.arms] == ["k2.a", "k2.b"] and aa.baseline == "k2.a"
     assert aa.arms[0].model_dump(exclude={"name"}) == aa.arms[1].model_dump(exclude={"name"})
-    assert aa.design.blocks == 3 and not aa.design.adaptive
+    assert aa.design.rounds == 3 and not aa.design.adaptive
 
 
 def test_a_calibration_over_arms_that_differ_is_one_line(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_two_identical_arms_are_an_aa_as_they_are(tmp_path: Path) -> None:
     doc = spec_doc(tmp_path)
     doc["arms"][1]["speculative"] = doc["arms"][0]["speculative"]
     aa = aa_spec(ExperimentSpec.model_validate(doc), None, 2)
-    assert slots(aa) == ("k2", "k3") and aa.design.blocks == 2
+    assert slots(aa) == ("k2", "k3") and aa.design.rounds == 2
 
 
 @pytest.mark.parametrize(("arm", "rounds", "says"), [
@@ -284,11 +284,11 @@ def test_the_composite_is_the_sd_of_the_per_round_mean_not_of_the_cells(aa: Expe
     # slot B's code cells are slower exactly when its prose cells are faster: each cell varies, their mean not
     a, b = slots(aa)
     arms = []
-    for block, d in enumerate([0.1, -0.05, 0.2], start=1):
+    for round_no, d in enumerate([0.1, -0.05, 0.2], start=1):
         for name, code_s, prose_s in ((a, 1.0, 1.0), (b, 1.0 + d, 1.0 / (1.0 + d))):
             by_class = (("code", code_s), ("prose", prose_s))
             cells = [rf.cell(c, pc, s, [80.0, 60.0]) for c in (1, 4) for pc, s in by_class]
-            arms.append(rf.arm(name, 2, 1.0, [80.0, 60.0]).model_copy(update={"block": block, "cells": cells}))
+            arms.append(rf.arm(name, 2, 1.0, [80.0, 60.0]).model_copy(update={"round": round_no, "cells": cells}))
     found = {(v.cell, v.metric): v for v in launch_variances(rf.run("aa-1", arms), a, b, judged_cells(aa))}
     assert found[("closed/c1/code/p128", DECODE)].sd > 0.05
     assert found[(COMPOSITE, DECODE)].sd == pytest.approx(0.0, abs=1e-12)

@@ -38,10 +38,10 @@ def con(db_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     c.close()
 
 
-def add_arm(con: duckdb.DuckDBPyConnection, arm: str, k: int | None, block: int = 1) -> None:
+def add_arm(con: duckdb.DuckDBPyConnection, arm: str, k: int | None, round_no: int = 1) -> None:
     con.execute(
-        "INSERT INTO arms (run_id, arm, block, image, method, k, status) VALUES ($r, $a, $b, 'img', $m, $k, 'ok')",
-        {"r": RUN, "a": arm, "b": block, "m": "ngram" if k else None, "k": k},
+        "INSERT INTO arms (run_id, arm, round, image, method, k, status) VALUES ($r, $a, $b, 'img', $m, $k, 'ok')",
+        {"r": RUN, "a": arm, "b": round_no, "m": "ngram" if k else None, "k": k},
     )
 
 
@@ -61,45 +61,45 @@ def add_cell(
     prefix: float | None = 0.0,
     rejected: bool = False,
     draft_rate: float | None = None,
-    block: int = 1,
+    round_no: int = 1,
 ) -> None:
     """A cell whose acceptance figures follow from `positions` as vLLM defines them."""
     mal = 1 + sum(positions) if positions else None
     rate = draft_rate if draft_rate is not None else (sum(positions) / len(positions) if positions else None)
     con.execute(
         """
-        INSERT INTO cells (run_id, arm, block, cell, load_mode, concurrency, prompt_class, prompt_tokens,
+        INSERT INTO cells (run_id, arm, round, cell, load_mode, concurrency, prompt_class, prompt_tokens,
                            requests_ok, requests_failed, decode_tok_s_median, mean_acceptance_length,
                            draft_acceptance_rate, prefix_cache_hit_rate, rejected, reject_reason)
         VALUES ($r, $a, $b, $cell, 'closed', $c, $p, 128, 8, $f, $d, $mal, $rate, $prefix, $rej, $why)
         """,
         {
-            "r": RUN, "a": arm, "b": block, "cell": cell_id(concurrency, prompt_class), "c": concurrency,
+            "r": RUN, "a": arm, "b": round_no, "cell": cell_id(concurrency, prompt_class), "c": concurrency,
             "p": prompt_class, "f": failed, "d": decode,
             "mal": mal, "rate": rate, "prefix": prefix, "rej": rejected, "why": "planted" if rejected else None,
         },
     )
     for metric, value in (("decode_tok_s_median", decode), ("mean_acceptance_length", mal)):
         if value is not None:
-            set_metric(con, metric, value, arm, cell_id(concurrency, prompt_class), block)
+            set_metric(con, metric, value, arm, cell_id(concurrency, prompt_class), round_no)
     for i, acc in enumerate(positions or []):
         con.execute(
             """
-            INSERT INTO spec_positions (run_id, arm, block, cell, position, accepted, acceptance)
+            INSERT INTO spec_positions (run_id, arm, round, cell, position, accepted, acceptance)
             VALUES ($r, $a, $b, $cell, $i, $acc * 100, $acc)
             """,
-            {"r": RUN, "a": arm, "b": block, "cell": cell_id(concurrency, prompt_class), "i": i, "acc": acc},
+            {"r": RUN, "a": arm, "b": round_no, "cell": cell_id(concurrency, prompt_class), "i": i, "acc": acc},
         )
 
 
 def set_metric(con: duckdb.DuckDBPyConnection, metric: str, value: float, arm: str | None = None,
-               cell: str | None = None, block: int | None = None) -> None:
-    """A catalogue metric's value in the planted cells (all, or those of `arm`, `cell`, `block`), where
+               cell: str | None = None, round_no: int | None = None) -> None:
+    """A catalogue metric's value in the planted cells (all, or those of `arm`, `cell`, `round`), where
     ingest stores it."""
-    match = "($a IS NULL OR arm = $a) AND ($c IS NULL OR cell = $c) AND ($b IS NULL OR block = $b)"
-    where = {"m": metric, "a": arm, "c": cell, "b": block}
+    match = "($a IS NULL OR arm = $a) AND ($c IS NULL OR cell = $c) AND ($b IS NULL OR round = $b)"
+    where = {"m": metric, "a": arm, "c": cell, "b": round_no}
     con.execute(f"DELETE FROM cell_metrics WHERE metric = $m AND {match}", where)
-    con.execute(f"INSERT INTO cell_metrics SELECT run_id, arm, block, cell, $m, $v FROM cells WHERE {match}",
+    con.execute(f"INSERT INTO cell_metrics SELECT run_id, arm, round, cell, $m, $v FROM cells WHERE {match}",
                 {**where, "v": value})
 
 
@@ -152,7 +152,7 @@ def test_decode_regression_flagged_with_cell_and_delta(con: duckdb.DuckDBPyConne
 
     assert len(bad) == 1
     r = bad[0]
-    assert (r.arm, r.block, r.concurrency, r.prompt_class) == ("cand", 1, 4, "code")
+    assert (r.arm, r.round, r.concurrency, r.prompt_class) == ("cand", 1, 4, "code")
     assert (r.check, r.metric, r.severity) == ("regression.decode_tok_s", "decode_tok_s_median", "regression")
     assert r.value == 36.0 and r.baseline_value == 45.0 and r.threshold == 0.05
     assert r.value / r.baseline_value - 1 == pytest.approx(-0.20)

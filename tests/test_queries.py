@@ -7,7 +7,7 @@ request = 32 / decode_s, mean acceptance length = 1 + sum(per_pos) / 100):
   r1   1   Xeon A      128     0.27.0   32                       35.56
   r2   2   Xeon A      128     0.27.0   40                       35.56       old failed regression row
   r3   3   Xeon A      128     0.32.0   40, MAL 3.1              35.56       k3 (c=1, code) cell rejected (3.2)
-  r4   4   Xeon A      128     0.32.0   blocks 50 / 64 / 32      35.56       failed + passed regression, failed sanity
+  r4   4   Xeon A      128     0.32.0   rounds 50 / 64 / 32      35.56       failed + passed regression, failed sanity
   r5   1   EPYC B      128     0.27.0   64                       -
   r6   3   EPYC B      128     0.32.0   51.2                     -
   r7   4   Xeon A      512     0.32.0   10                       -
@@ -41,12 +41,12 @@ CELLS = [(1, "code"), (1, "prose"), (4, "code"), (4, "prose")]
 
 
 def _arm(name: str, k: int, decode_s: float, per_pos: list[float], version: str, day: int, *,
-         block: int = 1, prompt_tokens: int = 128, argv: list[str] | None = None):
+         round_no: int = 1, prompt_tokens: int = 128, argv: list[str] | None = None):
     a = rf.arm(name, k, decode_s, per_pos)
-    a.block = block
+    a.round = round_no
     a.image = f"cpu-{version}"
     a.image_ref = a.image_ref.model_copy(update={"name": a.image, "vllm_version": version})
-    a.started_at = rf.T0 + timedelta(days=day, minutes=block)
+    a.started_at = rf.T0 + timedelta(days=day, minutes=round_no)
     a.ended_at = a.started_at + timedelta(minutes=1)
     if argv is not None:
         a.launch = a.launch.model_copy(update={"argv": argv})
@@ -69,7 +69,7 @@ def _run(run_id: str, day: int, arms: list, *, cpu: str = "Xeon A", quality: lis
 
 
 def _regression(arm: str, value: float, baseline: float, passed: bool, severity: str = "regression") -> QualityRecord:
-    return QualityRecord(arm=arm, block=1, concurrency=1, prompt_class="code", check="regression.decode_tok_s",
+    return QualityRecord(arm=arm, round=1, concurrency=1, prompt_class="code", check="regression.decode_tok_s",
                          metric="decode_tok_s_median", value=value, baseline_value=baseline, threshold=0.05,
                          passed=passed, severity=severity, detail="planted")
 
@@ -86,9 +86,9 @@ def history() -> list:
              quality=[_regression("k5", 20.0, 40.0, passed=False)]),
         _run("r3", 3, [r3_k3, _arm("k5", 5, 0.9, K5_POS, "0.32.0", 3)]),
         _run("r4", 4, [
-            _arm("k3", 3, 0.64, K3_POS_NEW, "0.32.0", 4, block=1),
-            _arm("k3", 3, 0.5, K3_POS_NEW, "0.32.0", 4, block=2),
-            _arm("k3", 3, 1.0, K3_POS_NEW, "0.32.0", 4, block=3),
+            _arm("k3", 3, 0.64, K3_POS_NEW, "0.32.0", 4, round_no=1),
+            _arm("k3", 3, 0.5, K3_POS_NEW, "0.32.0", 4, round_no=2),
+            _arm("k3", 3, 1.0, K3_POS_NEW, "0.32.0", 4, round_no=3),
             _arm("k5", 5, 0.9, K5_POS, "0.32.0", 4),
         ], quality=[
             _regression("k5", 30.0, 40.0, passed=False),
@@ -174,10 +174,10 @@ def test_series_never_mix_host_prompt_length_or_tensor_parallel(con) -> None:
     assert k5 and k5[0][0] != by_run["r1"]
 
 
-def test_series_points_take_the_median_over_blocks(con) -> None:
+def test_series_points_take_the_median_over_rounds(con) -> None:
     frame = con.execute("select * from series_points where run_id = 'r4' and arm = 'k3'").df()
-    assert len(frame) == 4  # one point per cell, not per block
-    assert set(frame.blocks) == {3}
+    assert len(frame) == 4  # one point per cell, not per round
+    assert set(frame.rounds) == {3}
     assert frame.decode_tok_s_median.tolist() == pytest.approx([50.0] * 4)  # median of 50, 64, 32
     assert frame.regression_flagged.all()
     assert not con.execute("select bool_or(regression_flagged) from series_points where run_id = 'r3'").fetchone()[0]

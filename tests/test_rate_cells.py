@@ -34,14 +34,14 @@ def rate_cell(decode_s: float, arrival: str = "poisson", burstiness: float = 1.0
                                      "requests": requests})
 
 
-def arm(name: str, k: int, closed_s: float, rate_s: float, version: str, day: int, block: int = 1,
+def arm(name: str, k: int, closed_s: float, rate_s: float, version: str, day: int, round_no: int = 1,
         **rate: object) -> ArmResult:
     a = rf.arm(name, k, closed_s, [80.0, 60.0, 40.0])
     a.cells.append(rate_cell(rate_s, **rate))  # type: ignore[arg-type]
-    a.block = block
+    a.round = round_no
     a.image = f"cpu-{version}"
     a.image_ref = a.image_ref.model_copy(update={"name": a.image, "vllm_version": version})  # type: ignore[union-attr]
-    a.started_at = rf.T0 + timedelta(days=day, minutes=block)
+    a.started_at = rf.T0 + timedelta(days=day, minutes=round_no)
     a.ended_at = a.started_at + timedelta(minutes=1)
     return a
 
@@ -125,30 +125,30 @@ def spec(**verdict: object) -> ExperimentSpec:
         "name": "synthetic", "model": {"generate": {}}, "images": [{"name": "cpu", "version": "0.32.0"}],
         "arms": [{"name": "k3", "image": "cpu", "speculative": {**NGRAM, "k": 3}},
                  {"name": "k5", "image": "cpu", "speculative": {**NGRAM, "k": 5}}],
-        "baseline": "k3", "design": {"blocks": 3},
+        "baseline": "k3", "design": {"rounds": 3},
         "workload": {"prompt_classes": ["code", "prose"], "concurrency": [1, 4], "request_rates": [2.5]},
         "verdict": verdict,
     })
 
 
-def blocks(rate_speedup: float) -> RunResult:
-    """Three blocks per arm; k5 is 10 % faster in closed cells and `rate_speedup` in the rate cell."""
+def rounds(rate_speedup: float) -> RunResult:
+    """Three rounds per arm; k5 is 10 % faster in closed cells and `rate_speedup` in the rate cell."""
     arms = []
-    for block in (1, 2, 3):
-        jitter = 1 + 0.002 * block
-        arms += [arm("k3", 3, jitter, jitter, "0.32.0", 1, block),
-                 arm("k5", 5, jitter / 1.1, jitter / rate_speedup, "0.32.0", 1, block)]
+    for round_no in (1, 2, 3):
+        jitter = 1 + 0.002 * round_no
+        arms += [arm("k3", 3, jitter, jitter, "0.32.0", 1, round_no),
+                 arm("k5", 5, jitter / 1.1, jitter / rate_speedup, "0.32.0", 1, round_no)]
     result = run("v", 1, arms)
     result.experiment = spec().model_dump(mode="json")
     return result
 
 
 def test_the_verdict_judges_rate_cells_beside_concurrency_cells() -> None:
-    assert assess(blocks(1.1), spec()).verdict.decision == "PROMOTE"
-    v = assess(blocks(0.8), spec()).verdict  # slower under open-loop load only
+    assert assess(rounds(1.1), spec()).verdict.decision == "PROMOTE"
+    v = assess(rounds(0.8), spec()).verdict  # slower under open-loop load only
     assert v.decision == "REVERT" and any("r=2.5/s code" in r for r in v.arm_reasons)
     # declared concurrency levels only: the rate cell is not counted, and its row says so
-    result, closed_only = blocks(0.8), spec(request_rates=[])
+    result, closed_only = rounds(0.8), spec(request_rates=[])
     a = assess(result, closed_only)
     assert a.verdict.decision == "PROMOTE"
     from specwatch.report.rows import verdict_rows
@@ -158,7 +158,7 @@ def test_the_verdict_judges_rate_cells_beside_concurrency_cells() -> None:
 
 
 def test_the_verdict_metrics_come_from_the_spec() -> None:
-    result = blocks(1.1)
+    result = rounds(1.1)
     for a in result.arms:  # k5 faster to decode but 30 % slower to the first token
         if a.name == "k5":
             for c in a.cells:
@@ -179,7 +179,7 @@ def _report(result: RunResult, s: ExperimentSpec) -> str:
 
 
 def test_the_report_shows_rate_cells_and_one_row_per_judged_metric() -> None:
-    result = blocks(1.1)
+    result = rounds(1.1)
     s = spec(metrics=["decode_tok_s", "ttft"])
     text = _report(result, s)
     assert "| k5 | 5 | r=2.5/s | code | 3 |" in text and "| k5 | 5 | c=4 | prose | 3 |" in text

@@ -73,7 +73,7 @@ def test_chat_cells_through_the_models_template(server: str, real_model: Path, t
     acceptance recorded per class, loops judged on the output before the model's EOS."""
     spec = on_the_server(server, real_model, {
         "name": "real-chat",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         # 512: vLLM on CPU caches whole 128-token blocks, so multi-turn prefixes must span a few
         "workload": {"protocol": "chat", "prompt_classes": ["code", "prose", "multiturn"], "prompt_tokens": 512,
                      "max_tokens": 64, "concurrency": [2], "requests_per_cell": 8, "warmup_requests": 1},
@@ -121,7 +121,7 @@ def test_a_short_sweep_through_the_flow(server: str, real_model: Path, prefect_a
     db = tmp_path / "sweep.duckdb"
     spec = on_the_server(server, real_model, {
         "name": "real-sweep",
-        "design": {"blocks": 1, "probes": 0},
+        "design": {"rounds": 1, "probes": 0},
         # Prose answered through the chat template, without nonces, so the model writes the same answers every
         # time: ordinary ones, which the loop detector must not mistake for loops (looked at: two readings of
         # the island story at 512 and 900, 3-gram repetition <= 0.15). SmolLM2-135M under greedy decoding does
@@ -142,7 +142,7 @@ def test_a_short_sweep_through_the_flow(server: str, real_model: Path, prefect_a
     # a run's decode tok/s is positive, or NULL where its tokens arrived in one burst (a loaded host's API
     # server can buffer a stream; such a run carries no per-token timing)
     timed = rows(db, "SELECT r.decode_tok_s, r.arrival_groups, r.chunks FROM requests r JOIN cells c "
-                     "USING (run_id, arm, block, cell) WHERE c.depth IS NOT NULL AND r.status = 'ok' "
+                     "USING (run_id, arm, round, cell) WHERE c.depth IS NOT NULL AND r.status = 'ok' "
                      "AND r.run_id = $run", {"run": outcome.run_id})
     assert len(timed) == 4 and all(
         (dec or 0) > 0 or RequestSample(index=0, prompt_tokens=0, status="ok", chunks=chunks,

@@ -36,7 +36,7 @@ def short_ab() -> ExperimentSpec:
              "env": {"HF_TOKEN": "hf_not_a_real_token"}},  # the same env on both: only k differs
         ],
         "baseline": "k3",
-        "design": {"blocks": 1, "probes": 2, "probe_tokens": 16},
+        "design": {"rounds": 1, "probes": 2, "probe_tokens": 16},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 64, "max_tokens": 48, "concurrency": [1, 2],
                      "requests_per_cell": 4, "warmup_requests": 2},
     })
@@ -106,10 +106,10 @@ def test_quality_report_and_cleanup(ab_run) -> None:
     row = re.search(r"^\| k5 \| 5 \| c=2 \| code \| (\d) \|.*\| ([^|]+) \|$", report, re.MULTILINE)
     assert "## Result" in report and row, report
     ((rejected, reason),) = rows(db, "select rejected, reject_reason from cells where arm = 'k5' and concurrency = 2")
-    # a rejected cell (a loaded host can starve it) has no block in the table, and the report says why
+    # a rejected cell (a loaded host can starve it) counts no round in the table, and the report says why
     assert (row[1], row[2] == "rejected") == (("0", True) if rejected else ("1", False)), report
     assert not rejected or (accepted_or_host_starved(rejected, reason)
-                            and f"`k5` block 1 c=2 code rejected: {reason}" in report), report
+                            and f"`k5` round 1 c=2 code rejected: {reason}" in report), report
     assert (outcome.run_dir / "results.json").exists()
     assert outcome.exit_code in (0, 3, 4)
     assert processes.live_pids() == [] and api_servers() == ""

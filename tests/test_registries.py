@@ -86,7 +86,7 @@ def document() -> dict[str, Any]:
         "arms": [{"name": "a", "image": "fx", "launcher": "throwaway",
                   "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 30}],
         "baseline": "a",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         "workload": {"protocol": "tagged-completions", "prompt_classes": ["code"], "prompt_tokens": 32,
                      "max_tokens": 16, "concurrency": [1], "requests_per_cell": 2, "warmup_requests": 1},
     }

@@ -29,7 +29,7 @@ def experiment_file(tmp: Path, url: str) -> Path:
         "name": "nightly", "model": {"generate": {}, "served_name": "demo"},
         "images": [{"name": "img", "backend": "endpoint", "url": url}],
         "arms": [{"name": "main", "image": "img", "speculative": ngram}],
-        "baseline": "main", "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "baseline": "main", "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 160, "concurrency": [1],
                      "requests_per_cell": 4, "warmup_requests": 1},
     }

@@ -39,7 +39,7 @@ def experiment(s: Sshd, known_hosts: Path | None = None, port: int | None = None
                   "command": SERVE.format(remote_python=python, remote_script=script),
                   "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 60}],
         "baseline": "a",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
                      "requests_per_cell": 2, "warmup_requests": 1},
     })

@@ -155,7 +155,7 @@ def test_the_report_shows_latency_goodput_and_kv_figures() -> None:
     from specwatch_testing import records as rf
     from specwatch_testing.experiments import endpoint_ab
 
-    exp = endpoint_ab("demo", "http://127.0.0.1:1", "http://127.0.0.1:2", {"blocks": 1},
+    exp = endpoint_ab("demo", "http://127.0.0.1:1", "http://127.0.0.1:2", {"rounds": 1},
                       {"prompt_classes": ["code", "prose"], "concurrency": [1, 4], "prompt_tokens": 128})
     exp["arms"][1]["speculative"] = {"method": "ngram", "k": 5, "prompt_lookup_max": 4}
     exp["design"]["allow_confounded"] = True

@@ -37,7 +37,7 @@ def write_experiment(tmp: Path) -> Path:
            "images": [{"name": "py", "backend": "python", "python": sys.executable}],
            "arms": [{"name": name, "image": "py", "launcher": "command", "command": FAKE, "speculative": NGRAM}
                     for name in ("base", "cand")],
-           "baseline": "base", "design": {"blocks": 1, "probes": 0},
+           "baseline": "base", "design": {"rounds": 1, "probes": 0},
            "thresholds": LOOSE_CLIENT_GATES,
            "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 24, "max_tokens": 48,
                         "concurrency": [1], "requests_per_cell": REQUESTS, "warmup_requests": 1}}
@@ -101,7 +101,7 @@ def test_ctrl_c_stores_a_partial_run_and_resume_completes_it(tmp_path: Path, kil
     assert resumed.returncode in (0, 3, 4), out
     assert "unfinished when the run stopped" in out
     assert q(db, "select partial, interrupted from runs") == [(False, None)]
-    assert q(db, "select arm, block, status from arms order by arm") == [("base", 1, "ok"), ("cand", 1, "ok")]
+    assert q(db, "select arm, round, status from arms order by arm") == [("base", 1, "ok"), ("cand", 1, "ok")]
     assert q(db, "select count(*), count(distinct cell) from cells") == [(2 * CELLS, CELLS)]
     assert q(db, "select count(*) from requests where status = 'ok'") == [(2 * CELLS * REQUESTS,)]
 

@@ -51,7 +51,7 @@ def test_a_v2_file_upgrades_to_v3_with_the_new_figures_unknown(tmp_path: Path) -
     assert doc["schema_version"] == 2 and "request_id" not in doc["arms"][0]["cells"][0]["requests"][0]
     shutil.copy(V2, tmp_path / RESULTS_FILE)
     result = read_raw(tmp_path)
-    assert result.schema_version == RESULTS_SCHEMA_VERSION == 4
+    assert result.schema_version == RESULTS_SCHEMA_VERSION == 5
     cell = result.arms[0].cells[0]
     assert cell.decode_tok_s_median == pytest.approx(doc["arms"][0]["cells"][0]["decode_tok_s_median"])
     # never measured in v2: unknown, not zero
@@ -87,8 +87,36 @@ def test_a_v3_file_upgrades_with_its_outputs_unhashed(tmp_path: Path) -> None:
                 del request["output_sha256"]
     path.write_text(json.dumps({**doc, "schema_version": 3}))
     result = read_raw(tmp_path)
-    assert result.schema_version == 4
+    assert result.schema_version == RESULTS_SCHEMA_VERSION
     assert {r.output_sha256 for a in result.arms for c in a.cells for r in c.requests} == {None}
+
+
+def test_a_v4_file_with_blocks_reads_them_as_rounds(tmp_path: Path) -> None:
+    """Before issue 22 a launch's round was its `block`, in the launches, the quality rows and the recorded
+    experiment's design: a resume or an ingest of such a run reads them as rounds."""
+    from specwatch.records import QualityRecord
+    from specwatch.spec import parse_stored
+
+    today = rf.run()
+    today.arms[1] = today.arms[1].model_copy(update={"round": 2})
+    today.quality = [QualityRecord(arm="k5", round=2, check="c", metric="m", passed=True, severity="regression"),
+                     QualityRecord(arm="k5", round=None, check="c", metric="m", passed=True, severity="regression")]
+    write_raw(today, tmp_path)
+    path = tmp_path / RESULTS_FILE
+    doc = json.loads(path.read_text())
+    for row in (*doc["arms"], *doc["quality"]):
+        row["block"] = row.pop("round")
+    doc["experiment"]["design"] = {"blocks": 3, "max_blocks": 5, "adaptive": True}
+    path.write_text(json.dumps({**doc, "schema_version": 4}))
+    result = read_raw(tmp_path)
+    assert result.schema_version == RESULTS_SCHEMA_VERSION
+    assert [a.round for a in result.arms] == [1, 2] and [q.round for q in result.quality] == [2, None]
+    assert result.experiment["design"] == {"rounds": 3, "max_rounds": 5, "adaptive": True}
+    design = parse_stored({**result.experiment, "name": "x", "model": {"path": str(tmp_path)},
+                           "images": [{"name": "cpu"}], "arms": [{"name": "a", "image": "cpu"}],
+                           "baseline": "a"}).design
+    assert (design.rounds, design.max_rounds) == (3, 5)
+    assert result.model_dump(exclude={"experiment"}) == today.model_dump(exclude={"experiment"})
 
 
 def test_output_hashes_round_trip_through_the_database(tmp_path: Path) -> None:
@@ -109,7 +137,7 @@ def test_an_unknown_key_is_refused_and_named(tmp_path: Path) -> None:
     doc = json.loads(path.read_text())
     doc["arms"][1]["cells"][2]["decode_tok_per_s"] = 1.0  # a misspelt field
     path.write_text(json.dumps(doc))
-    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 4"):
+    with pytest.raises(RunDirError, match=r"arms\[1\]\.cells\[2\]\.decode_tok_per_s: unknown key for schema_version 5"):
         read_raw(tmp_path)
 
 

@@ -43,7 +43,7 @@ def test_the_demo_asks_ngram_against_no_speculation_on_the_real_model() -> None:
     spec = load_spec(DEMO)
     assert spec.model.package == "smollm2-135m" and spec.baseline == "nospec"
     assert spec.arm("nospec").speculative is None and spec.arm("k5").speculative.k == 5
-    assert (spec.design.blocks, spec.design.adaptive, spec.design.max_blocks) == (2, True, 4)
+    assert (spec.design.rounds, spec.design.adaptive, spec.design.max_rounds) == (2, True, 4)
     assert set(spec.confounds()["k5"]) <= set(spec.design.varies or []) and spec.workload.protocol == "chat"
 
 
@@ -185,9 +185,9 @@ def test_ladder_and_design_checks(tmp_path: Path) -> None:
     (line,) = problems(tmp_path, doc)
     assert "repeats k=5" in line
     doc["arms"][1]["speculative"]["fallback"] = [4]
-    doc["design"] = {"blocks": 4, "max_blocks": 2}
+    doc["design"] = {"rounds": 4, "max_rounds": 2}
     (line,) = problems(tmp_path, doc)
-    assert "max_blocks 2 < blocks 4" in line
+    assert "max_rounds 2 < rounds 4" in line
 
 
 def _docker_experiment(image: dict, launcher: str = "docker") -> dict:
@@ -241,7 +241,7 @@ def test_batched_cells_send_whole_waves_counted_from_the_file(tmp_path: Path) ->
     assert [off.cell_requests(c) for c in (4, 16, 64)] == [100, 100, 128]
     planned = plan(load_spec(write(tmp_path, doc)))
     # the plan counts (and times) them: per round and class, 100 + 100 + 256 + 1024
-    assert {a.requests for a in planned.arms} == {str(planned.blocks * len(wl.classes) * (100 + 100 + 256 + 1024))}
+    assert {a.requests for a in planned.arms} == {str(planned.rounds * len(wl.classes) * (100 + 100 + 256 + 1024))}
 
 
 def test_a_duration_is_for_one_arm(tmp_path: Path) -> None:

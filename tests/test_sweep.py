@@ -147,7 +147,7 @@ def fake_sweep(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
     db = tmp_path_factory.mktemp("db") / "sweep.duckdb"
     args = ["--served-model-name", "demo", "--step-ms", "4", "--max-model-len", "1024"]
     with run_fake_vllm([*args, "--spec-config", SPEC]) as spec_url, run_fake_vllm(args) as plain_url:
-        doc = endpoint_ab("fake-sweep", spec_url, plain_url, design={"blocks": 2, "probes": 0},
+        doc = endpoint_ab("fake-sweep", spec_url, plain_url, design={"rounds": 2, "probes": 0},
                           workload={"prompt_classes": ["generated"], "prompt_tokens": 32, "max_tokens": 16,
                                     "concurrency": [1], "requests_per_cell": 1, "warmup_requests": 1})
         doc["arms"][1].pop("speculative")  # the no-spec control
@@ -164,7 +164,7 @@ def test_sweep_results_view_has_exactly_the_issues_columns_and_one_row_per_run(f
     assert columns == SWEEP_COLUMNS
     got = rows(db, f"SELECT arm, depth, count(*), min(prompt_tokens), max(prompt_tokens) FROM sweep_results "
                    f"WHERE run_id = '{outcome.run_id}' GROUP BY ALL ORDER BY ALL")
-    # 2 blocks x 2 runs per depth and arm; 1024 + 16 does not fit max_model_len 1024: skipped
+    # 2 rounds x 2 runs per depth and arm; 1024 + 16 does not fit max_model_len 1024: skipped
     expected = [(arm, d, 4) for arm in ("base", "cand") for d in (128, 256, 512)]
     assert [(arm, d, n) for arm, d, n, _, _ in got] == expected
     assert all(d - 1 <= lo and hi <= d for _, d, _, lo, hi in got), got
@@ -187,7 +187,7 @@ def test_a_depth_beyond_the_servers_max_model_len_is_skipped_with_both_numbers(f
 def test_prompts_record_their_own_repetition_and_generated_text_is_judged(fake_sweep) -> None:
     outcome, db = fake_sweep
     got = rows(db, f"SELECT max(prompt_repetition_ratio), count(requests.loop_detected), count(*) FROM requests "
-                   f"JOIN cells USING (run_id, arm, block, cell) WHERE run_id = '{outcome.run_id}' AND depth > 0")
+                   f"JOIN cells USING (run_id, arm, round, cell) WHERE run_id = '{outcome.run_id}' AND depth > 0")
     (rep, judged, total), = got
     assert rep is not None and rep < 0.2 and judged == total > 0
 

@@ -28,21 +28,21 @@ def spec(**design: object) -> ExperimentSpec:
         "name": "synthetic", "model": {"generate": {}}, "images": [{"name": "cpu", "version": "0.32.0"}],
         "arms": [{"name": "k3", "image": "cpu", "speculative": {**NGRAM, "k": 3}},
                  {"name": "k5", "image": "cpu", "speculative": {**NGRAM, "k": 5}}],
-        "baseline": "k3", "design": {"blocks": 3, **design},
+        "baseline": "k3", "design": {"rounds": 3, **design},
         "workload": {"prompt_classes": ["code", "prose"], "concurrency": [1, 4]},
     })
 
 
-def blocks_run(cand_speedup: float, cand_curve: list[float], noise: float = 0.01,
+def rounds_run(cand_speedup: float, cand_curve: list[float], noise: float = 0.01,
                probes: tuple[list[int], list[int]] = ([1, 2, 3], [1, 2, 3]), rounds: int = 3) -> RunResult:
     """`rounds` launches per arm; the candidate decodes `cand_speedup` times faster."""
     rng = np.random.default_rng(0)
     arms = []
-    for block in range(1, rounds + 1):
+    for round_no in range(1, rounds + 1):
         for name, k, speed, curve, probe in (("k3", 3, 1.0, [80.0, 60.0, 40.0], probes[0]),
                                              ("k5", 5, cand_speedup, cand_curve, probes[1])):
             arm = rf.arm(name, k, 1.0 / (speed * (1 + rng.normal(0, noise))), curve)
-            arms.append(arm.model_copy(update={"block": block, "probes": [probe]}))
+            arms.append(arm.model_copy(update={"round": round_no, "probes": [probe]}))
     result = rf.run(arms=arms)
     result.experiment = spec().model_dump(mode="json")
     return result
@@ -53,7 +53,7 @@ def render_markdown(result: RunResult, a: Assessment) -> str:
 
 
 def test_a_clear_gain_with_a_healthy_tail_promotes() -> None:
-    a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
+    a = assess(rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
     assert a.verdict.decision == "PROMOTE"
     assert {c.outcome for c in a.cells} == {"gain"} and len(a.cells) == 4
     assert all(c.ci.n_pairs == 3 and 0.15 < c.ci.estimate < 0.25 for c in a.cells)
@@ -63,7 +63,7 @@ def test_a_clear_gain_with_a_healthy_tail_promotes() -> None:
 
 
 def test_a_collapsed_tail_reverts_even_when_faster() -> None:
-    a = assess(blocks_run(1.2, [85.0, 60.0, 40.0, 20.0, 10.0]), spec())
+    a = assess(rounds_run(1.2, [85.0, 60.0, 40.0, 20.0, 10.0]), spec())
     assert a.verdict.decision == "REVERT"
     assert any("tail collapse: k5" in r for r in a.verdict.reasons)
     failed = [q for q in decision_records(a, spec()) if not q.passed]
@@ -71,7 +71,7 @@ def test_a_collapsed_tail_reverts_even_when_faster() -> None:
 
 
 def test_changed_greedy_output_reverts_with_the_first_diverging_token() -> None:
-    a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0], probes=([1, 2, 3, 4], [1, 2, 9, 4])), spec())
+    a = assess(rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0], probes=([1, 2, 3, 4], [1, 2, 9, 4])), spec())
     assert a.verdict.decision == "REVERT"
     (d,) = a.divergences
     assert (d.arm, d.reference, d.position) == ("k5", "k3", 2)
@@ -79,7 +79,7 @@ def test_changed_greedy_output_reverts_with_the_first_diverging_token() -> None:
 
 
 def test_noise_wider_than_the_band_is_inconclusive_with_how_many_more_rounds() -> None:
-    a = assess(blocks_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.08), spec())
+    a = assess(rounds_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.08), spec())
     assert a.verdict.decision == "INCONCLUSIVE"
     (arm,) = a.arms
     assert arm.decision.outcome == "INCONCLUSIVE" and arm.decision.rounds == 3
@@ -89,7 +89,7 @@ def test_noise_wider_than_the_band_is_inconclusive_with_how_many_more_rounds() -
 
 
 def test_no_effect_with_low_noise_is_no_change_and_the_report_says_how_it_was_decided() -> None:
-    result = blocks_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.002)
+    result = rounds_run(1.0, [85.0, 70.0, 55.0, 45.0, 35.0], noise=0.002)
     a = assess(result, spec())
     assert a.verdict.decision == "NO CHANGE"
     assert {c.outcome for c in a.cells} == {"flat"}
@@ -104,11 +104,11 @@ def test_no_effect_with_low_noise_is_no_change_and_the_report_says_how_it_was_de
 
 
 def test_a_stored_variance_that_agrees_decides_in_two_rounds() -> None:
-    two = spec(blocks=2)
+    two = spec(rounds=2)
     prior = PriorVariance(0.01, 20, "A/A 2026-12-01 cpu")
-    cells = {(c.key.id, "decode_tok_s") for a in blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]).arms for c in a.cells}
+    cells = {(c.key.id, "decode_tok_s") for a in rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]).arms for c in a.cells}
     priors = {key: prior for key in cells} | {(COMPOSITE, "decode_tok_s"): prior}
-    result = blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0], rounds=2)
+    result = rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0], rounds=2)
     assert assess(result, two).verdict.decision == "INCONCLUSIVE"  # two rounds of its own: no interval
     a = assess(result, two, priors)
     assert a.verdict.decision == "PROMOTE"
@@ -120,21 +120,21 @@ def test_alpha_outside_the_open_interval_is_one_line_naming_field_value_and_fix(
         spec(alpha=0.5)
     assert "alpha=0.5: must lie in (0, 0.5); fix: use e.g. 0.05" in str(err.value)
     bad = tmp_path / "bad.yaml"
-    bad.write_text(json.dumps({**spec().model_dump(mode="json"), "design": {"blocks": 3, "alpha": 0.0}}))
+    bad.write_text(json.dumps({**spec().model_dump(mode="json"), "design": {"rounds": 3, "alpha": 0.0}}))
     res = CliRunner().invoke(app, ["validate", str(bad)])
     assert res.exit_code == 1
     assert "  design: alpha=0.0: must lie in (0, 0.5); fix: use e.g. 0.05" in res.output.splitlines()
 
 
 def test_a_regression_reverts_and_is_a_failed_quality_record() -> None:
-    a = assess(blocks_run(0.7, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
+    a = assess(rounds_run(0.7, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
     assert a.verdict.decision == "REVERT"
     flagged = [q for q in decision_records(a, spec()) if q.check == "regression.ci.decode_tok_s" and not q.passed]
     assert len(flagged) == 4 and all(-0.35 < q.value < -0.25 for q in flagged)
 
 
 def test_cost_model_predicts_neighbouring_k_and_compares_with_measurement() -> None:
-    a = assess(blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
+    a = assess(rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0]), spec())
     assert set(a.cost) == {"k3", "k5"}
     assert [r.k for r in a.cost["k3"].rows] == list(range(1, 8))
     (row,) = a.cost_rows
@@ -142,7 +142,7 @@ def test_cost_model_predicts_neighbouring_k_and_compares_with_measurement() -> N
 
 
 def test_report_regenerates_from_duckdb_alone(tmp_path: Path) -> None:
-    result = blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0])
+    result = rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0])
     ingest(result, tmp_path / "h.duckdb")
     res = CliRunner().invoke(app, ["report", result.run_id, "--db", str(tmp_path / "h.duckdb"),
                                    "--out", str(tmp_path / "out")])
@@ -160,10 +160,10 @@ def test_the_no_spec_control_is_reported_beside_not_judged() -> None:
         **spec().model_dump(mode="json"),
         "arms": [*spec().model_dump(mode="json")["arms"], {"name": "nospec", "image": "cpu"}],
     })
-    result = blocks_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0])
-    for block in (1, 2, 3):  # speculation off: half the speed, same greedy output as k3
+    result = rounds_run(1.2, [85.0, 70.0, 55.0, 45.0, 35.0])
+    for round_no in (1, 2, 3):  # speculation off: half the speed, same greedy output as k3
         control = rf.arm("nospec", 3, 2.0, [80.0, 60.0, 40.0]).model_copy(
-            update={"name": "nospec", "k": None, "method": None, "block": block, "probes": [[1, 2, 3]]})
+            update={"name": "nospec", "k": None, "method": None, "round": round_no, "probes": [[1, 2, 3]]})
         control.cells = [c.model_copy(update={"window": c.window.model_copy(update={
             "num_drafts": None, "accepted_per_position": None, "num_accepted_tokens": None})}) for c in control.cells]
         result.arms.append(control)

@@ -9,7 +9,7 @@
 #           wheel set is still being sent); its figures are thrown away
 #   ab      examples/gpu-ngram.yaml: k5 vs k7 ngram on the real model (SmolLM2-135M-Instruct), c=1/16/64 x
 #           code/prose, decided by the sequential design in 3-4 rounds (verdict, curves, cost)
-#   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 blocks
+#   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 rounds
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
 #   peer  benchmarks/real_server.py --gpu: specwatch vs vllm bench serve on one server, ABBA, the same

@@ -1,1 +1,1 @@
-"""Analysis: block order, intervals, decisions, acceptance curves, the cost model, change points, the verdict."""
+"""Analysis: round order, intervals, decisions, acceptance curves, the cost model, change points, the verdict."""

@@ -38,18 +38,18 @@ def round_log_ratios(result: RunResult, slot_a: str, slot_b: str) -> dict[tuple[
     (launch ok, cell not rejected, both values positive)."""
     def cells_of(arm: str) -> dict[int, dict[str, dict[str, float]]]:
         launches: list[ArmResult] = [a for a in result.arms if a.name == arm and a.status == "ok"]
-        return {a.block: {c.cell: {name: v for name, m in METRICS.items() if (v := m.value(c)) is not None}
+        return {a.round: {c.cell: {name: v for name, m in METRICS.items() if (v := m.value(c)) is not None}
                           for c in a.cells if not c.rejected} for a in launches}
 
     a_rounds, b_rounds = cells_of(slot_a), cells_of(slot_b)
     out: dict[tuple[str, str], dict[int, float]] = {}
-    for block in sorted(a_rounds.keys() & b_rounds.keys()):
-        a_cells, b_cells = a_rounds[block], b_rounds[block]
+    for round_no in sorted(a_rounds.keys() & b_rounds.keys()):
+        a_cells, b_cells = a_rounds[round_no], b_rounds[round_no]
         for cell in a_cells.keys() & b_cells.keys():
             for metric, a in a_cells[cell].items():
                 b = b_cells[cell].get(metric)
                 if b is not None and a > 0 and b > 0:
-                    out.setdefault((cell, metric), {})[block] = math.log(b / a)
+                    out.setdefault((cell, metric), {})[round_no] = math.log(b / a)
     return out
 
 

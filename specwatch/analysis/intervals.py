@@ -1,4 +1,4 @@
-"""Candidate-vs-baseline relative difference over paired block medians, with a CI that stays
+"""Candidate-vs-baseline relative difference over paired round medians, with a CI that stays
 honest at 3-6 pairs (BCa bootstrap, never narrower than the paired t-interval).
 """
 
@@ -36,7 +36,7 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
 class DiffCI:
     """Relative difference candidate vs baseline, e.g. estimate 0.08 means 8 % higher.
 
-    Built on log(c_i / b_i) per block pair and reported as exp(x) - 1, so low >= -1 always and
+    Built on log(c_i / b_i) per round pair and reported as exp(x) - 1, so low >= -1 always and
     an infinite interval is (-1, inf).
     """
 
@@ -61,7 +61,7 @@ def log_ratio_interval(
     """Mean and CI of paired log-ratios along the last axis, vectorised over leading axes.
 
     Why this interval: a percentile bootstrap over 3 pairs never leaves [min, max] of the three
-    ratios; simulated with 10 % block noise per arm it covers the truth in 75 % of experiments at
+    ratios; simulated with 10 % round noise per arm it covers the truth in 75 % of experiments at
     3 pairs and 85 % at 6, not 95 %. BCa alone is no better below ~12 pairs (the bootstrap
     spread uses divisor n and a normal quantile). The paired t-interval is exact for normally
     distributed log-ratios at any n >= 2 and honestly wide (t_{0.975,2} = 4.3). So the interval
@@ -114,10 +114,10 @@ def relative_diff_ci(
     n_resamples: int = 10_000,
     seed: int = 0,
 ) -> DiffCI | None:
-    """CI of the relative difference candidate vs baseline over paired block medians.
+    """CI of the relative difference candidate vs baseline over paired round medians.
 
-    baseline[i] and candidate[i] are the two blocks of pair i (see pair_blocks). A NaN on either
-    side (a rejected or incomplete block) drops that pair: a rejected cell is missing, not zero
+    baseline[i] and candidate[i] are the two launches of pair i (see pair_rounds). A NaN on either
+    side (a rejected or incomplete launch) drops that pair: a rejected cell is missing, not zero
     (measurement rule 10). Returns None with no usable pair; with one pair the interval is (-1, inf),
     which classify() always calls inconclusive.
     """
@@ -128,7 +128,7 @@ def relative_diff_ci(
     keep = ~(np.isnan(b) | np.isnan(c))
     b, c = b[keep], c[keep]
     if np.any(b <= 0) or np.any(c <= 0) or not (np.all(np.isfinite(b)) and np.all(np.isfinite(c))):
-        raise ValueError("block values must be positive and finite (a zero is a failed cell: drop it)")
+        raise ValueError("round values must be positive and finite (a zero is a failed cell: drop it)")
     n = int(b.size)
     if n == 0:
         return None

@@ -11,7 +11,7 @@ window) is one entry here: no migration, no SQL, no report edit. Runs ingested b
 rows for it (re-ingest them to compare with them). Only a metric that needs new raw data also
 touches the client (specwatch/bench) and records.py.
 
-Each metric's replicate is the cell's figure in one launch (block), compared over paired blocks
+Each metric's replicate is the cell's figure in one launch (round), compared over paired rounds
 like decode tok/s always was.
 """
 

@@ -32,13 +32,13 @@ def _hashes(arm: ArmResult) -> dict[tuple[str, str], str]:
 
 def output_matches(result: RunResult, baseline: str) -> list[OutputMatch]:
     """Per non-baseline arm and cell, pooled over the rounds both ran: paired and matching requests."""
-    base = {a.block: _hashes(a) for a in result.arms if a.name == baseline}
+    base = {a.round: _hashes(a) for a in result.arms if a.name == baseline}
     counts: dict[tuple[str, str], list[int]] = {}
     for arm in result.arms:
-        if arm.name == baseline or arm.block not in base:
+        if arm.name == baseline or arm.round not in base:
             continue
         for (cell, request_id), digest in _hashes(arm).items():
-            other = base[arm.block].get((cell, request_id))
+            other = base[arm.round].get((cell, request_id))
             if other is not None:
                 count = counts.setdefault((arm.name, cell), [0, 0])
                 count[0] += 1

@@ -73,12 +73,12 @@ def _paired_requests(base: CellResult, cand: CellResult, metric: Metric) -> list
 
 
 def rounds_of(result: RunResult) -> int:
-    """Rounds the run reached (a round is one launch of each arm: block n of every arm)."""
-    return max((a.block for a in result.arms if not a.in_progress), default=0)
+    """Rounds the run reached (a round is one launch of each arm: the n-th launch of every arm)."""
+    return max((a.round for a in result.arms if not a.in_progress), default=0)
 
 
-def _cells(launches: list[ArmResult], block: int) -> dict[CellKey, CellResult]:
-    return {c.key: c for a in launches if a.block == block and a.status == "ok" for c in a.cells}
+def _cells(launches: list[ArmResult], round_no: int) -> dict[CellKey, CellResult]:
+    return {c.key: c for a in launches if a.round == round_no and a.status == "ok" for c in a.cells}
 
 
 def compare(result: RunResult, baseline: str, arm: str, metrics: list[str], levels: Collection[str],

@@ -18,7 +18,7 @@ import pandas as pd
 
 from specwatch.analysis.intervals import mean_ci
 
-MIN_BLOCKS_FOR_INTERVAL = 3
+MIN_ROUNDS_FOR_INTERVAL = 3
 
 
 def nullable(value: Any) -> float | None:
@@ -32,7 +32,7 @@ class SweepPoint:
     depth: int
     cell: str
     runs: int
-    decode_tok_s: float | None  # mean of block medians (fewer than 3 blocks: mean of all runs)
+    decode_tok_s: float | None  # mean of round medians (fewer than 3 rounds: mean of all runs)
     decode_ci: float  # half-width of its 95% t-interval (0 without spread)
     trend_decode_tok_s: float | None  # the same without a speculating arm's looping runs
     trend_decode_ci: float
@@ -59,13 +59,13 @@ class SweepPoint:
 def points_from(frame: pd.DataFrame) -> list[SweepPoint]:
     """Rows of sql/checks/sweep_points.sql as points.
 
-    The interval is over block medians from 3 blocks on (restart noise included); below that over all
-    runs pooled: a t-interval of 2 block medians is 12.7 standard errors wide and could flag nothing.
+    The interval is over round medians from 3 rounds on (restart noise included); below that over all
+    runs pooled: a t-interval of 2 round medians is 12.7 standard errors wide and could flag nothing.
     """
     out = []
     for row in frame.itertuples():
-        decode, ci = _decode(list(row.block_decodes), list(row.run_decodes))
-        trend, trend_ci = _decode(list(row.trend_block_decodes), list(row.trend_run_decodes))
+        decode, ci = _decode(list(row.round_decodes), list(row.run_decodes))
+        trend, trend_ci = _decode(list(row.trend_round_decodes), list(row.trend_run_decodes))
         out.append(SweepPoint(
             arm=str(row.arm), depth=int(row.depth), cell=str(row.cell), runs=int(row.runs), decode_tok_s=decode,
             decode_ci=ci, trend_decode_tok_s=trend, trend_decode_ci=trend_ci, ttft_s=nullable(row.ttft_s),
@@ -79,8 +79,8 @@ def points_from(frame: pd.DataFrame) -> list[SweepPoint]:
     return out
 
 
-def _decode(blocks: list[float], runs: list[float]) -> tuple[float | None, float]:
-    values = blocks if len(blocks) >= MIN_BLOCKS_FOR_INTERVAL else runs
+def _decode(rounds: list[float], runs: list[float]) -> tuple[float | None, float]:
+    values = rounds if len(rounds) >= MIN_ROUNDS_FOR_INTERVAL else runs
     return mean_ci(values) if values else (None, 0.0)
 
 

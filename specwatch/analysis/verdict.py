@@ -24,11 +24,11 @@ from specwatch.spec import ExperimentSpec
 
 
 def sequential_design(spec: ExperimentSpec) -> SequentialDesign:
-    """The spec's looks: from `blocks` rounds to `max_blocks` when adaptive, else exactly `blocks` (one
+    """The spec's looks: from `rounds` rounds to `max_rounds` when adaptive, else exactly `rounds` (one
     look, spending the whole alpha)."""
     d = spec.design
-    top = d.max_blocks if d.adaptive and d.max_blocks else d.blocks
-    return SequentialDesign(alpha=d.alpha, band=spec.thresholds.noise_band, min_rounds=d.blocks, max_rounds=top)
+    top = d.max_rounds if d.adaptive and d.max_rounds else d.rounds
+    return SequentialDesign(alpha=d.alpha, band=spec.thresholds.noise_band, min_rounds=d.rounds, max_rounds=top)
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def decisions(result: RunResult, spec: ExperimentSpec, priors: Priors | None = N
 class ArmCurve:
     arm: str
     k: int
-    per_position: list[float]  # pooled over every accepted cell and block: sum accepted_i / sum drafts
+    per_position: list[float]  # pooled over every accepted cell and round: sum accepted_i / sum drafts
     decay: float | None
     tail_collapsed: bool
 
@@ -98,16 +98,16 @@ class Assessment:
     compared_probes: int
     cost: dict[str, CostPrediction] = field(default_factory=dict)
     cost_rows: list[CostRow] = field(default_factory=list)
-    blocks: dict[str, int] = field(default_factory=dict)
+    rounds: dict[str, int] = field(default_factory=dict)
 
 
-def _ok_blocks(result: RunResult, arm: str) -> list[ArmResult]:
-    return sorted((a for a in result.arms if a.name == arm and a.status == "ok"), key=lambda a: a.block)
+def _ok_rounds(result: RunResult, arm: str) -> list[ArmResult]:
+    return sorted((a for a in result.arms if a.name == arm and a.status == "ok"), key=lambda a: a.round)
 
 
-def measured_keys(blocks: list[ArmResult]) -> list[CellKey]:
+def measured_keys(launches: list[ArmResult]) -> list[CellKey]:
     """The cells these launches measured, in report order."""
-    return sorted({c.key for b in blocks for c in b.cells}, key=CellKey.sort_key)
+    return sorted({c.key for b in launches for c in b.cells}, key=CellKey.sort_key)
 
 
 def cell_verdicts(arms: list[ArmDecision], design: SequentialDesign) -> list[CellVerdict]:
@@ -147,14 +147,14 @@ def declared_levels(spec: ExperimentSpec) -> list[str]:
 
 
 def acceptance_curves(result: RunResult, spec: ExperimentSpec) -> list[ArmCurve]:
-    """Per arm, acceptance per position pooled over every accepted cell and block.
+    """Per arm, acceptance per position pooled over every accepted cell and round.
 
     Each position is pooled over the cells that drafted that deep: a k-ladder can leave an arm's
-    blocks at different k, and a shallower block says nothing about the deeper positions.
+    rounds at different k, and a shallower round says nothing about the deeper positions.
     """
     curves = []
     for arm in spec.arms:
-        per_pos = pooled_positions(cell.window for block in _ok_blocks(result, arm.name) for cell in block.cells
+        per_pos = pooled_positions(cell.window for launch in _ok_rounds(result, arm.name) for cell in launch.cells
                                    if not cell.rejected)
         if per_pos:
             curves.append(ArmCurve(arm.name, len(per_pos), per_pos, decay(per_pos),
@@ -172,8 +172,8 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 def correctness(result: RunResult, spec: ExperimentSpec) -> tuple[list[Divergence], int]:
     """Greedy outputs must not change under speculation: every arm vs the baseline, and vs the
     no-spec control when there is one. Returns the divergences and the number of probes compared."""
-    probes = {a.name: blocks[0].probes for a in spec.arms
-              if (blocks := _ok_blocks(result, a.name)) and blocks[0].probes}
+    probes = {a.name: launches[0].probes for a in spec.arms
+              if (launches := _ok_rounds(result, a.name)) and launches[0].probes}
     references = [spec.baseline] + [a.name for a in spec.arms if a.speculative is None and a.name != spec.baseline]
     found, compared, seen = [], 0, set()
     for ref in references:
@@ -191,10 +191,10 @@ def correctness(result: RunResult, spec: ExperimentSpec) -> tuple[list[Divergenc
 
 
 def _c1_figures(result: RunResult, arm: str) -> tuple[float, float] | None:
-    """(decode tok/s, mean acceptance length) at the lowest concurrency, medians over blocks
+    """(decode tok/s, mean acceptance length) at the lowest concurrency, medians over rounds
     (closed-loop cells only: an open loop's in-flight count is not a concurrency)."""
     rows = [(c.decode_tok_s_median, c.window.mean_acceptance_length)
-            for b in _ok_blocks(result, arm) for c in b.cells
+            for b in _ok_rounds(result, arm) for c in b.cells
             if not c.rejected and c.concurrency is not None
             and c.concurrency == min(x.concurrency for x in b.cells if x.concurrency is not None)]
     present = [(d, m) for d, m in rows if d and m]
@@ -243,9 +243,9 @@ def assess(result: RunResult, spec: ExperimentSpec, priors: Priors | None = None
     verdict = experiment_verdict([(ad.arm, ad.decision) for ad in judged], [c.arm for c in curves if c.tail_collapsed],
                                  failures, missing, rule)
     cost, rows = cost_model(result, spec, curves)
-    blocks = {a.name: len(_ok_blocks(result, a.name)) for a in spec.arms}
+    rounds = {a.name: len(_ok_rounds(result, a.name)) for a in spec.arms}
     return Assessment(cell_verdicts(arms, design), verdict, arms, design, curves, divergences, compared, cost, rows,
-                      blocks)
+                      rounds)
 
 
 def control_arms(spec: ExperimentSpec) -> set[str]:
@@ -261,7 +261,7 @@ def decision_records(assessment: Assessment, spec: ExperimentSpec) -> list[Quali
         ci = cv.ci
         control = cv.arm in controls
         out.append(QualityRecord(
-            arm=cv.arm, block=None, cell=cv.key.id, concurrency=cv.key.concurrency, prompt_class=cv.key.prompt_class,
+            arm=cv.arm, round=None, cell=cv.key.id, concurrency=cv.key.concurrency, prompt_class=cv.key.prompt_class,
             check=f"control.ci.{cv.metric}" if control else f"regression.ci.{cv.metric}", metric=cv.metric,
             value=ci.estimate if ci else None, threshold=band,
             passed=control or cv.outcome != "regression", severity="regression",

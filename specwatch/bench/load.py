@@ -154,7 +154,7 @@ def schedule(rates: Sequence[float], arrival: str, burstiness: float, seed: int,
     planned span is exactly its expectation, sum(1 / rates[1:]). For Poisson arrivals that is the
     process conditioned on its count (uniform order statistics), so the inter-arrival law keeps its
     shape while the asked rate is met exactly: any shortfall in the achieved rate is the client's.
-    Seeded by (seed, stream): every arm and block of a cell gets the same schedule.
+    Seeded by (seed, stream): every arm and round of a cell gets the same schedule.
     """
     rng = random.Random(f"{seed}:{stream}")
     gaps = [ARRIVALS[arrival](rng, rate, burstiness) for rate in rates[1:]]

@@ -120,7 +120,7 @@ def run_arm(
     ctx: LaunchContext,
     facts: CheckpointFacts | None,
     namespace: str,
-    block: int = 1,
+    round_no: int = 1,
     runner: CellRunner | None = None,
 ) -> ArmResult:
     """One launch of one arm. Every failure becomes a recorded outcome with its reason.
@@ -132,7 +132,8 @@ def run_arm(
     ladder = arm.ladder
     refused: list[str] = []
     for k in ladder:
-        result = _launch_once(arm.with_k(k), spec, image, ctx, facts, namespace, block, runner or Isolated(), started)
+        result = _launch_once(arm.with_k(k), spec, image, ctx, facts, namespace, round_no, runner or Isolated(),
+                              started)
         result.k_requested = arm.k
         result.fallback_reason = "; ".join(refused) or None
         if result.status != "failed" or not result.boot_exit or k == ladder[-1]:
@@ -143,12 +144,12 @@ def run_arm(
 
 def _launch_once(
     arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext, facts: CheckpointFacts | None,
-    namespace: str, block: int, runner: CellRunner, started: datetime,
+    namespace: str, round_no: int, runner: CellRunner, started: datetime,
 ) -> ArmResult:
     if facts is not None and facts.draft is not None:
         arm = arm.with_draft(facts.draft.path)  # `draft_model: early-exit` becomes the written draft's path
     method = arm.speculative.method if arm.speculative else None
-    base = dict(name=arm.name, block=block, image=arm.image, k=arm.k, image_ref=image, method=method,
+    base = dict(name=arm.name, round=round_no, image=arm.image, k=arm.k, image_ref=image, method=method,
                 started_at=started)
     refusals = arm_constraint_violations(facts, method, arm.k) if facts else []
     if arm.speculative is not None and arm.speculative.early_exit:  # resolve refuses it without draft_layers
@@ -176,7 +177,7 @@ def _launch_once(
             except CellsAborted as exc:
                 aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
         if handle.gpu_held:  # the measurement stands; the next launch's precheck would refuse this GPU
-            log.warning("arm %s block %d: %s", arm.name, block, handle.gpu_held)
+            log.warning("arm %s round %d: %s", arm.name, round_no, handle.gpu_held)
             base["reason"] = handle.gpu_held
         if aborted is not None:
             stopped, reason = aborted

@@ -1,4 +1,4 @@
-"""The experiment runner: images, checkpoint, then every launch in counterbalanced block order, with
+"""The experiment runner: images, checkpoint, then every launch in counterbalanced round order, with
 the looks between rounds (the sequential decision, while undecided), resume and partial runs.
 
 No Prefect here: what is Prefect-bound (the stages as tasks, the run logger, the cluster lock) comes
@@ -19,8 +19,8 @@ from typing import Protocol
 
 import specwatch
 from specwatch import ranks
-from specwatch.analysis.blocks import block_order
 from specwatch.analysis.pairing import Priors
+from specwatch.analysis.rounds import round_order
 from specwatch.analysis.verdict import decisions
 from specwatch.bench.runner import CellCallback
 from specwatch.engine import orphans
@@ -56,7 +56,7 @@ class Launch(Protocol):
     """One launch of one arm, measured (tasks.arms.launch_arm, over engine.arm.run_arm)."""
 
     def __call__(self, arm: ArmSpec, spec: ExperimentSpec, image: ImageRef, ctx: LaunchContext,
-                 facts: CheckpointFacts | None, namespace: str, block: int = 1, on_cell: CellCallback | None = None,
+                 facts: CheckpointFacts | None, namespace: str, round_no: int = 1, on_cell: CellCallback | None = None,
                  sweep: SweepSpec | None = None) -> ArmResult: ...
 
 
@@ -92,11 +92,11 @@ def new_result(spec: ExperimentSpec, run_id: str, experiment_file: str | None) -
 
 def resumed(run_dir: Path, log: Log) -> RunResult:
     """A run dir's results so far: its finished launches are kept; one the flow stopped in runs again, whole
-    (its cells came from a boot that never finished its block)."""
+    (its cells came from a boot that never finished its round)."""
     result = read_raw(run_dir)
     for arm in [a for a in result.arms if a.in_progress]:
-        log.warning("arm %s block %d: unfinished when the run stopped; its %d cell(s) are dropped and the "
-                    "launch runs again", arm.name, arm.block, len(arm.cells))
+        log.warning("arm %s round %d: unfinished when the run stopped; its %d cell(s) are dropped and the "
+                    "launch runs again", arm.name, arm.round, len(arm.cells))
         result.arms.remove(arm)
     log.info("resuming run %s: %d finished launch(es) kept", result.run_id, len(result.arms))
     return result.model_copy(update={"interrupted": None, "ended_at": None, "quality": []})
@@ -143,22 +143,22 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_path: Pa
     # Before the first launch: a variance_from that names another key's calibration stops the run here.
     priors = priors_for(db_path, spec, RunFacts(result.provenance.host, refs, facts))
     model_dir = facts.path if facts else Path(spec.served_name)
-    blocks = _Blocks(spec, result, run_dir, refs, image_errors, model_dir, facts, hooks, sweep)
+    rounds = _Rounds(spec, result, run_dir, refs, image_errors, model_dir, facts, hooks, sweep)
     names = [a.name for a in spec.arms]
-    for arm_name, block in block_order(names, spec.design.blocks):
-        blocks.run(arm_name, block)
-    done = spec.design.blocks
-    while _another_block(spec, result, done, hooks.log, priors):
+    for arm_name, round_no in round_order(names, spec.design.rounds):
+        rounds.run(arm_name, round_no)
+    done = spec.design.rounds
+    while _another_round(spec, result, done, hooks.log, priors):
         done += 1
-        # the counterbalanced order for one more block per arm; the earlier blocks' launches stand
-        for arm_name, block in block_order(names, done):
-            if block == done:
-                blocks.run(arm_name, block)
+        # the counterbalanced order for one more round per arm; the earlier rounds' launches stand
+        for arm_name, round_no in round_order(names, done):
+            if round_no == done:
+                rounds.run(arm_name, round_no)
 
 
-def _another_block(spec: ExperimentSpec, result: RunResult, done: int, log: Log, priors: Priors) -> bool:
+def _another_round(spec: ExperimentSpec, result: RunResult, done: int, log: Log, priors: Priors) -> bool:
     """The look between rounds: an adaptive design adds a round while any arm's sequential decision is
-    CONTINUE (undecided with rounds left, up to max_blocks); a fixed design never does."""
+    CONTINUE (undecided with rounds left, up to max_rounds); a fixed design never does."""
     if not spec.design.adaptive:
         return False
     looks = decisions(result, spec, priors)
@@ -194,14 +194,14 @@ def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef], hooks: Hooks) -
     return hooks.prepare_checkpoint(spec.model, python, wheelhouses or None)
 
 
-def _failed(arm: ArmSpec, block: int, reason: str) -> ArmResult:
+def _failed(arm: ArmSpec, round_no: int, reason: str) -> ArmResult:
     now = datetime.now(UTC)
-    return ArmResult(name=arm.name, block=block, image=arm.image, k=arm.k, status="failed", reason=reason,
+    return ArmResult(name=arm.name, round=round_no, image=arm.image, k=arm.k, status="failed", reason=reason,
                      method=arm.speculative.method if arm.speculative else None, started_at=now, ended_at=now)
 
 
-class _Blocks:
-    """Runs one launch of one arm and records it; a k-ladder's outcome sticks for later blocks."""
+class _Rounds:
+    """Runs one launch of one arm and records it; a k-ladder's outcome sticks for later rounds."""
 
     def __init__(self, spec: ExperimentSpec, result: RunResult, run_dir: Path, refs: dict[str, ImageRef],
                  image_errors: dict[str, str], model_dir: Path, facts: CheckpointFacts | None, hooks: Hooks,
@@ -212,33 +212,35 @@ class _Blocks:
         self.hooks, self.sweep = hooks, sweep
         self.resolved: dict[str, ArmSpec] = {}
         self.scopes = nonce_scopes(spec)  # what each arm's nonces are unique to (engine/namespaces.py)
-        self.done = {(a.name, a.block) for a in result.arms}  # a resumed run's finished launches
+        self.done = {(a.name, a.round) for a in result.arms}  # a resumed run's finished launches
         for a in result.arms:  # a k-ladder's outcome sticks across the resume too
             if a.status == "ok" and a.k != self.spec.arm(a.name).k:
                 self.resolved[a.name] = self.spec.arm(a.name).with_k(a.k)
 
-    def run(self, name: str, block: int) -> None:
+    def run(self, name: str, round_no: int) -> None:
         log = self.hooks.log
-        if (name, block) in self.done:
-            log.info("arm %s block %d: finished before the resume; kept, not run again", name, block)
+        if (name, round_no) in self.done:
+            log.info("arm %s round %d: finished before the resume; kept, not run again", name, round_no)
             return
         arm = self.resolved.get(name) or self.spec.arm(name)
         if arm.image in self.image_errors:
-            self.result.arms.append(_failed(arm, block, f"image {arm.image}: {self.image_errors[arm.image]}"))
+            self.result.arms.append(_failed(arm, round_no, f"image {arm.image}: {self.image_errors[arm.image]}"))
             return
         for line in orphans.sweep(stoppers()):  # servers a killed run left behind hold the machine: stop them first
             log.warning("%s", line)
         host = {h.name: h for h in self.spec.hosts}.get(arm.host)  # None: this machine
+        # `-b<round>`: the suffix from when a round was called a block stays, so that a resumed run's
+        # launch folders and container names follow those of its earlier launches.
         ctx = LaunchContext(model_dir=self.model_dir, served_name=self.spec.served_name,
-                            arm_dir=self.run_dir / "arms" / f"{name}-b{block}",
+                            arm_dir=self.run_dir / "arms" / f"{name}-b{round_no}",
                             max_model_len=self.spec.model.max_model_len, run_id=self.result.run_id,
-                            launch_name=f"{self.result.run_id}-{name}-b{block}",
+                            launch_name=f"{self.result.run_id}-{name}-b{round_no}",
                             ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})),
                             host=host.address if host else "127.0.0.1", ssh=ranks.route_to(host),
                             netns=host.netns if host else None, max_concurrency=self.spec.workload.max_streams)
-        log.info("arm %s block %d: launching (image %s, k=%s)", name, block, arm.image, arm.k)
+        log.info("arm %s round %d: launching (image %s, k=%s)", name, round_no, arm.image, arm.k)
         # In results.json while it runs: a flow killed mid-launch keeps the cells it finished.
-        running = _failed(arm, block, UNFINISHED).model_copy(update={"in_progress": True})
+        running = _failed(arm, round_no, UNFINISHED).model_copy(update={"in_progress": True})
         self.result.arms.append(running)
 
         def on_cell(cell: CellResult) -> None:
@@ -246,13 +248,13 @@ class _Blocks:
             write_raw(self.result, self.run_dir)
 
         outcome = self.hooks.launch(arm, self.spec, self.refs[arm.image], ctx, self.facts,
-                                    namespace=launch_namespace(self.result.run_id, block, name, self.scopes[name]),
-                                    block=block, on_cell=on_cell, sweep=self.sweep)
+                                    namespace=launch_namespace(self.result.run_id, round_no, name, self.scopes[name]),
+                                    round_no=round_no, on_cell=on_cell, sweep=self.sweep)
         self.result.arms.remove(running)
         if outcome.status == "ok" and outcome.k != arm.k:
             self.resolved[name] = arm.with_k(outcome.k)
         rejected = sum(c.rejected for c in outcome.cells)
-        log.info("arm %s block %d: %s, %d cell(s), %d rejected%s", name, block, outcome.status,
+        log.info("arm %s round %d: %s, %d cell(s), %d rejected%s", name, round_no, outcome.status,
                  len(outcome.cells), rejected, f" ({outcome.reason})" if outcome.reason else "")
         self.result.arms.append(outcome)
         write_raw(self.result, self.run_dir)  # each finished launch is on disk before the next one starts

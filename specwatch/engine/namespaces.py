@@ -14,9 +14,10 @@ would then have to average away. The estimate is over launches for this request 
 beyond the set grows with requests_per_cell, not with rounds.
 
 An arm whose launcher boots nothing (an endpoint) reaches a server that lives on, so each round
-gets `<run>:b<b>`; where another arm of the run reaches the same one (an A/A against one endpoint),
-its prefix cache would serve the second arm from the first arm's prompts, so each such arm adds its
-own name and sends nonces of its own (the bodies and their order stay common).
+gets `<run>:b<round>` (the `b`, from when a round was called a block, stays: a resumed run's nonces
+must be the ones its earlier launches sent); where another arm of the run reaches the same one (an
+A/A against one endpoint), its prefix cache would serve the second arm from the first arm's prompts,
+so each such arm adds its own name and sends nonces of its own (the bodies and their order stay common).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def nonce_scopes(spec: ExperimentSpec) -> dict[str, NonceScope]:
             else "round" for arm in spec.arms}
 
 
-def launch_namespace(run_id: str, block: int, arm: str, scope: NonceScope) -> str:
-    """The nonce namespace of arm `arm`'s launch in round (block) `block`: see the module doc."""
+def launch_namespace(run_id: str, round_no: int, arm: str, scope: NonceScope) -> str:
+    """The nonce namespace of arm `arm`'s launch in round `round_no`: see the module doc."""
     if scope == "run":
         return run_id
-    common = f"{run_id}:b{block}"
+    common = f"{run_id}:b{round_no}"
     return f"{common}:{arm}" if scope == "arm" else common

@@ -78,10 +78,10 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         + _cell_size(wl)
         + f"; {wl.warmup_requests} warm-up requests per launch; seed {wl.seed}",
         f"- sampling: {spec.sampling.model_dump()}",
-        f"- design: {design.blocks} round(s)"
-        f"{f', adaptive up to {design.max_blocks} while undecided' if design.adaptive else ''}"
+        f"- design: {design.rounds} round(s)"
+        f"{f', adaptive up to {design.max_rounds} while undecided' if design.adaptive else ''}"
         f", one-sided alpha {design.alpha:g} per call; counterbalanced order "
-        f"{' '.join(f'{a.name}#{a.block}' for a in result.arms)}; varies "
+        f"{' '.join(f'{a.name}#{a.round}' for a in result.arms)}; varies "
         f"{design.varies or 'inferred'}; {design.probes} greedy probe(s) of {design.probe_tokens} tokens per arm",
     ]
     return lines
@@ -120,7 +120,7 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, row
     ]
     for r in rows:
         lines.append(
-            f"| {r.arm} | {r.k if r.k is not None else 'off'} | {r.key.level} | {r.prompt_class} | {r.blocks} | "
+            f"| {r.arm} | {r.k if r.k is not None else 'off'} | {r.key.level} | {r.prompt_class} | {r.rounds} | "
             f"{_fmt(r.decode_tok_s, '.1f')} | {_fmt(r.delta_pct, '+.1f', '%')} | {r.ci_pct} | "
             f"{_fmt(r.ttft_s, '.3f')} | {_fmt(r.mean_acceptance_length)} | {r.verdict} |"
         )
@@ -133,7 +133,7 @@ def _result(result: RunResult, spec: ExperimentSpec, assessment: Assessment, row
                   f"{_fmt(m.baseline, '.3f')} {m.unit} | {_fmt(m.value, '.3f')} {m.unit} | {m.ci_pct} | {m.outcome} |"
                   for m in metric_rows(result, spec, assessment)]
     if assessment.curves:
-        lines += ["", "Per-position acceptance (pooled over blocks and cells):", "",
+        lines += ["", "Per-position acceptance (pooled over rounds and cells):", "",
                   "| arm | k | per position | last | decay (last/first) | tail |", "|---|---|---|---|---|---|"]
         for c in assessment.curves:
             lines.append(f"| {c.arm} | {c.k} | {' '.join(f'{p:.2f}' for p in c.per_position)} | "
@@ -164,7 +164,7 @@ def _median_of(cells: list[CellResult], metric: Metric) -> float | None:
 
 def _latency(result: RunResult) -> list[str]:
     """The catalogue's report columns (latency percentiles, goodput, KV cache) per arm and cell, each a median
-    over the arm's accepted blocks (p99 is '-' under 100 requests), then preemptions summed over blocks."""
+    over the arm's accepted rounds (p99 is '-' under 100 requests), then preemptions summed over rounds."""
     groups: dict[tuple[str, str], list[CellResult]] = {}
     for arm in result.arms:
         for c in arm.cells:
@@ -174,7 +174,7 @@ def _latency(result: RunResult) -> list[str]:
         return []
     columns = report_columns()
     head = " | ".join(column.head for column, _ in columns)
-    lines = ["", "Latency (medians over blocks; p99 needs >= 100 requests), goodput and KV cache:", "",
+    lines = ["", "Latency (medians over rounds; p99 needs >= 100 requests), goodput and KV cache:", "",
              f"| arm | cell | {head} | preemptions |",
              "|---|---|" + "---|" * (len(columns) + 1)]
     for (name, cell), cells in groups.items():
@@ -220,18 +220,18 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
         if spec.design.allow_confounded and len(diffs) > 1:
             notes.append(f"- CONFOUNDED: `{arm}` differs from the baseline in {', '.join(diffs)} "
                          "(allow_confounded: true); the result cannot be attributed to one change")
-    for arm, n in assessment.blocks.items():
+    for arm, n in assessment.rounds.items():
         if n < 3:
             notes.append(f"- `{arm}` has {n} completed round(s); fewer than 3 without a stored variance leaves no "
                          "interval")
     for a in result.arms:
         if a.fallback_reason:
-            notes.append(f"- `{a.name}` block {a.block} ran k={a.k} instead of k={a.k_requested}: {a.fallback_reason}")
+            notes.append(f"- `{a.name}` round {a.round} ran k={a.k} instead of k={a.k_requested}: {a.fallback_reason}")
         if a.status != "ok":
-            notes.append(f"- `{a.name}` block {a.block} {a.status}: {a.reason}")
+            notes.append(f"- `{a.name}` round {a.round} {a.status}: {a.reason}")
         for c in a.cells:
             if c.rejected:
-                notes.append(f"- `{a.name}` block {a.block} {c.key.label} rejected: "
+                notes.append(f"- `{a.name}` round {a.round} {c.key.label} rejected: "
                              f"{c.reject_reason}")
     for spec_arm in spec.arms:
         if spec_arm.speculative is None:

@@ -29,7 +29,7 @@ def acceptance_plot(curves: list[ArmCurve], path: Path) -> Path:
     ax.set_xlabel("speculative position")
     ax.set_ylabel("acceptance (accepted at position / drafts)")
     ax.set_ylim(0, 1.05)
-    ax.set_title("Per-position acceptance, pooled over blocks")
+    ax.set_title("Per-position acceptance, pooled over rounds")
     return _save(fig, [ax], path)
 
 
@@ -48,8 +48,8 @@ def decode_plot(result: RunResult, arms: list[str], prompt_classes: Sequence[str
     for ax, pclass in zip(axes[0], prompt_classes, strict=True):
         for arm in arms:
             per_conc: dict[int, list[float]] = {}
-            for block in (a for a in result.arms if a.name == arm and a.status == "ok"):
-                for cell in block.cells:
+            for launch in (a for a in result.arms if a.name == arm and a.status == "ok"):
+                for cell in launch.cells:
                     # decode vs concurrency: closed-loop cells only (a rate cell has no concurrency)
                     if (cell.prompt_class == pclass and cell.concurrency and not cell.rejected
                             and cell.decode_tok_s_median):
@@ -61,8 +61,8 @@ def decode_plot(result: RunResult, arms: list[str], prompt_classes: Sequence[str
             ax.errorbar(concs, [s[0] for s in stats], yerr=[s[1] for s in stats], marker="o", capsize=4, label=arm)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
-        ax.set_ylabel("decode tok/s per stream (block medians)")
-        ax.set_title(f"{pclass}: mean of blocks, 95% CI")
+        ax.set_ylabel("decode tok/s per stream (round medians)")
+        ax.set_title(f"{pclass}: mean of rounds, 95% CI")
     return _save(fig, list(axes[0]), path)
 
 

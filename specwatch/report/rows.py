@@ -22,8 +22,8 @@ class VerdictRow:
     arm: str
     k: int | None
     key: CellKey
-    blocks: int
-    decode_tok_s: float | None  # median of the block medians
+    rounds: int
+    decode_tok_s: float | None  # median of the round medians
     delta_pct: float | None
     ci_pct: str
     ttft_s: float | None
@@ -42,7 +42,7 @@ class VerdictRow:
         """Flat and rounded, for a Prefect table artifact."""
         row: dict[str, object] = {"arm": self.arm, "k": self.k, "cell": self.key.id, "concurrency": self.concurrency,
                                   "prompt_class": self.prompt_class}
-        for name in ("blocks", "decode_tok_s", "delta_pct", "ci_pct", "ttft_s", "mean_acceptance_length", "verdict"):
+        for name in ("rounds", "decode_tok_s", "delta_pct", "ci_pct", "ttft_s", "mean_acceptance_length", "verdict"):
             value = getattr(self, name)
             row[name] = round(value, 3) if isinstance(value, float) else value
         return row
@@ -94,7 +94,7 @@ def verdict_rows(result: RunResult, spec: ExperimentSpec, assessment: Assessment
             else:
                 verdict = _band_outcome(delta, band)
             rows.append(VerdictRow(
-                arm=arm.name, k=next((a.k for a in launches), arm.k), key=key, blocks=len(kept), decode_tok_s=decode,
+                arm=arm.name, k=next((a.k for a in launches), arm.k), key=key, rounds=len(kept), decode_tok_s=decode,
                 delta_pct=None if delta is None else delta * 100, ci_pct=ci_text,
                 ttft_s=_med([c.ttft_s_median for c in kept]),
                 mean_acceptance_length=_med([c.window.mean_acceptance_length for c in kept]), verdict=verdict,
@@ -111,7 +111,7 @@ class MetricRow:
     metric: str
     unit: str
     better: str  # "higher" or "lower"
-    baseline: float | None  # median over blocks
+    baseline: float | None  # median over rounds
     value: float | None
     ci_pct: str
     outcome: str

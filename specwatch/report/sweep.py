@@ -62,8 +62,8 @@ def render(result: RunResult, points: list[SweepPoint], figures: list[str]) -> s
     spec = stored_spec(result.experiment)
     arms = [a.name for a in spec.arms]
     lines = [f"# specwatch sweep {result.run_id}: {result.experiment_name}", "",
-             f"Single stream, {spec.workload.max_tokens} output tokens, blocks per arm: {spec.design.blocks}. "
-             "Decode: mean of block medians with its 95% t-interval (fewer than 3 blocks: of all runs). "
+             f"Single stream, {spec.workload.max_tokens} output tokens, rounds per arm: {spec.design.rounds}. "
+             "Decode: mean of round medians with its 95% t-interval (fewer than 3 rounds: of all runs). "
              "The depth checks and the per-doubling fit leave out a speculating arm's looping runs "
              "(a loop inflates decode as it inflates acceptance). Acceptance: runs that did not loop; "
              f"a looping run's figure is shown in brackets ({LOOP_FLAG}) and left out of trends.", "",
@@ -77,7 +77,7 @@ def render(result: RunResult, points: list[SweepPoint], figures: list[str]) -> s
         or ["- none ran (fewer than two measured depths)"]
     failed = [a for a in result.arms if a.status != "ok"]
     if failed:
-        lines += ["", "## Launches that did not run"] + [f"- `{a.name}` block {a.block} {a.status}: {a.reason}"
+        lines += ["", "## Launches that did not run"] + [f"- `{a.name}` round {a.round} {a.status}: {a.reason}"
                                                           for a in failed]
     lines += ["", *[f"![{f}]({f})" for f in figures]]
     return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from specwatch.spec.base import expand
+from specwatch.spec.design import RENAMED
 from specwatch.spec.experiment import ExperimentSpec
 
 
@@ -77,10 +78,25 @@ def problem_line(loc: tuple[Any, ...], raw: Any, message: str) -> str:
     return _clip(f"{_location(loc, raw)}: {message}", _LINE)
 
 
+# (section, old key) -> the key's new name: an old key is its own problem line, naming the new key and its value.
+_RENAMED = {("design", old): new for old, new in RENAMED.items()}
+
+
+def _renamed(loc: tuple[Any, ...], value: Any) -> str | None:
+    new = _RENAMED.get(loc) if len(loc) == 2 else None
+    if new is None:
+        return None
+    written = " ".join(yaml.safe_dump(value, default_flow_style=True).removesuffix("...\n").split())
+    return f"renamed to {loc[0]}.{new}; fix: write `{new}: {_clip(written, 60)}`"
+
+
 def format_validation_error(err: ValidationError, raw: Any) -> list[str]:
     lines = []
     for e in err.errors(include_url=False):
         where = _location(e["loc"], raw)
+        if e["type"] == "extra_forbidden" and (renamed := _renamed(e["loc"], e["input"])):
+            lines.append(_clip(f"{where}: {renamed}", _LINE))
+            continue
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "value_error":
             lines.append(problem_line(e["loc"], raw, msg))

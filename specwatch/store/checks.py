@@ -83,7 +83,7 @@ def run_checks(
 ) -> list[QualityRecord]:
     """Sanity records for every cell of the run, then regression records for every non-baseline arm.
 
-    `regression_checks=False` when restart blocks exist: the confidence intervals over blocks
+    `regression_checks=False` when the run has several rounds: the confidence intervals over rounds
     (tasks.verdict) then replace the single-boot band check.
     """
     sanity = sanity_frame(con, run_id)
@@ -284,13 +284,13 @@ def sanity_records(frame: pd.DataFrame, failed: dict[str, set[int]], thresholds:
 def _cell_key(row: pd.Series) -> dict[str, Any]:
     """A check row's cell: the `cell` column (in-run and history checks carry it); a row without one
     names a closed-loop cell by its fields."""
-    block = _num(row["block"])
+    round_no = _num(row["round"])
     cell = row.get("cell")
     concurrency = _num(row["concurrency"])  # NULL for a rate cell
     if not isinstance(cell, str):
         cell = CellKey(concurrency=int(row["concurrency"]), prompt_class=row["prompt_class"],
                        prompt_tokens=int(row["prompt_tokens"])).id
-    return {"arm": row["arm"], "block": None if block is None else int(block), "cell": cell,
+    return {"arm": row["arm"], "round": None if round_no is None else int(round_no), "cell": cell,
             "concurrency": None if concurrency is None else int(concurrency), "prompt_class": row["prompt_class"]}
 
 
@@ -392,7 +392,7 @@ def sweep_records(con: duckdb.DuckDBPyConnection, run_id: str, thresholds: Thres
              f"CLIFF: drops {p.min_drop:.1%} beyond the intervals, more than cliff_drop {cliff_drop:.0%}"),
         ):
             passed = i not in failed.get(metric, set())
-            out.append(QualityRecord(arm=p.arm, block=None, cell=d.cell, concurrency=1, prompt_class=None,
+            out.append(QualityRecord(arm=p.arm, round=None, cell=d.cell, concurrency=1, prompt_class=None,
                                      check=check, metric=metric, value=value, threshold=limit, passed=passed,
                                      severity=severity, detail=between + ("" if passed else f"; {text}")))
     return out

@@ -81,7 +81,7 @@ def plot(frame: pd.DataFrame, summary: SeriesSummary, out_dir: Path) -> Path:
     headline = summary.trends[0]
     g = frame[frame["series_key"] == summary.key]
     fig, ax = plt.subplots(figsize=(8, 3.6))
-    ax.plot(g["started_at"], g[headline.metric.column], marker=".", label=f"{headline.metric.label} (median of blocks)")
+    ax.plot(g["started_at"], g[headline.metric.column], marker=".", label=f"{headline.metric.label} (median of rounds)")
     for _, cp in headline.changes:
         ax.axvline(g["started_at"].iloc[cp.index], color="red", linestyle="--", alpha=0.7)
         ax.annotate(f"{cp.change:+.1%}", (g["started_at"].iloc[cp.index], cp.after), color="red")

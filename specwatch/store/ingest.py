@@ -68,7 +68,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
     }]
     arms, cells, metrics, requests, positions, probes, ranks = [], [], [], [], [], [], []
     for arm in result.arms:
-        key = {"run_id": result.run_id, "arm": arm.name, "block": arm.block}
+        key = {"run_id": result.run_id, "arm": arm.name, "round": arm.round}
         img, launch = arm.image_ref, arm.launch
         arms.append({
             **key,
@@ -170,7 +170,7 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         raise LookupError(f"run {run_id!r} is not in the database; "
                           "`specwatch sql \"select run_id from runs\"` lists them")
     run = runs[0]
-    cell_key = ("arm", "block", "cell")
+    cell_key = ("arm", "round", "cell")
     requests: dict[tuple[Any, ...], list[RequestSample]] = {}
     for r in _rows(con, "requests", run_id):
         hist = r["itl_hist"] and json.loads(r["itl_hist"])
@@ -197,14 +197,14 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         cells.setdefault(key[:2], []).append(cell)
     probes: dict[tuple[Any, ...], list[list[int]]] = {}
     for p in sorted(_rows(con, "probes", run_id), key=lambda p: p["probe"]):
-        probes.setdefault((p["arm"], p["block"]), []).append(list(p["token_ids"]))
+        probes.setdefault((p["arm"], p["round"]), []).append(list(p["token_ids"]))
     ranks: dict[tuple[Any, ...], list[RankRecord]] = {}
     for r in sorted(_rows(con, "ranks", run_id), key=lambda r: r["rank"]):
-        ranks.setdefault((r["arm"], r["block"]), []).append(RankRecord.model_validate(
+        ranks.setdefault((r["arm"], r["round"]), []).append(RankRecord.model_validate(
             {**_own(RankRecord, r), "argv": json.loads(r["argv"]), "env": json.loads(r["env"])}))
     arms = []
     for a in sorted(_rows(con, "arms", run_id), key=lambda a: a["started_at"]):
-        key = (a["arm"], a["block"])
+        key = (a["arm"], a["round"])
         image = ImageRef(name=a["image"], backend=a["backend"], package=a["package"], vllm_version=a["vllm_version"],
                          digest=a["image_digest"]) if a["backend"] else None
         launch = LaunchRecord(launcher=a["launcher"], base_url=a["base_url"], argv=json.loads(a["launch_argv"]),

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specwatch.records import RESULTS_SCHEMA_VERSION, CheckpointFacts, RunResult
+from specwatch.spec.design import RENAMED
 
 RESULTS_FILE = "results.json"
 
@@ -51,8 +52,24 @@ def _v3_to_v4(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "schema_version": 4}
 
 
+def _v4_to_v5(doc: dict[str, Any]) -> dict[str, Any]:
+    # v5 calls one launch of each arm a round, as the spec and the reports do (issue 22): the launches' and
+    # quality rows' `block` is `round`, and the recorded experiment's design.blocks and max_blocks are
+    # rounds and max_rounds, so a resume or a report re-reads the spec the run ran with.
+    for row in (*doc.get("arms", []), *doc.get("quality", [])):
+        if isinstance(row, dict) and "block" in row:
+            row["round"] = row.pop("block")
+    design = doc.get("experiment", {}).get("design") if isinstance(doc.get("experiment"), dict) else None
+    if isinstance(design, dict):
+        for old, new in RENAMED.items():
+            if old in design:
+                design[new] = design.pop(old)
+    return {**doc, "schema_version": 5}
+
+
 # schema_version -> the function that lifts a document of that version by one.
-UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:

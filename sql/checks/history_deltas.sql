@@ -59,7 +59,7 @@ ranked AS (
 ),
 base AS (SELECT * FROM ranked WHERE rank = 1),
 metric AS (
-    -- the catalogue's metrics, each the median over the arm's blocks on both sides; a metric a
+    -- the catalogue's metrics, each the median over the arm's rounds on both sides; a metric a
     -- cell lacks (no SLO, under 100 requests) has no row, and a side without one is no comparison
     SELECT l.arm, l.concurrency, l.prompt_class, l.prompt_tokens, l.cell, l.baseline_run, l.kind,
            'history.' || l.family AS check_name, l.metric, NULL::INTEGER AS position, l.value, l.baseline_value,
@@ -73,7 +73,7 @@ metric AS (
         JOIN cells c
           ON c.cell = b.cell
          AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
-        JOIN cell_metrics m ON m.run_id = c.run_id AND m.arm = c.arm AND m.block = c.block AND m.cell = c.cell
+        JOIN cell_metrics m ON m.run_id = c.run_id AND m.arm = c.arm AND m.round = c.round AND m.cell = c.cell
         JOIN catalogue k ON k.metric = m.metric
         -- a skipped depth is no point (as in the series views); a looping cell stored no acceptance metrics
         WHERE NOT c.rejected AND c.skip_reason IS NULL
@@ -92,7 +92,7 @@ metric AS (
           ON c.cell = b.cell
          AND ((c.run_id = $run_id AND c.arm = b.arm) OR (c.run_id = b.baseline_run AND c.arm = b.baseline_arm))
         JOIN spec_positions sc
-          ON sc.run_id = c.run_id AND sc.arm = c.arm AND sc.block = c.block AND sc.cell = c.cell
+          ON sc.run_id = c.run_id AND sc.arm = c.arm AND sc.round = c.round AND sc.cell = c.cell
         WHERE NOT c.rejected
         GROUP BY b.arm, b.concurrency, b.prompt_class, b.prompt_tokens, b.cell, b.baseline_run, b.kind, sc.position
     ) pos
@@ -100,7 +100,7 @@ metric AS (
 SELECT
     (row_number() OVER (ORDER BY arm, concurrency, prompt_class, cell, check_name, position NULLS FIRST, metric)
         - 1)::BIGINT AS row_id,
-    arm, NULL::INTEGER AS block, concurrency, prompt_class, prompt_tokens, cell, check_name, metric, position,
+    arm, NULL::INTEGER AS round, concurrency, prompt_class, prompt_tokens, cell, check_name, metric, position,
     value, baseline_value, delta_pct, baseline_run, kind
 FROM metric
 WHERE value > 0 AND baseline_value > 0

@@ -1,4 +1,4 @@
--- Long format: one row per (candidate arm, block, cell, metric) next to
+-- Long format: one row per (candidate arm, round, cell, metric) next to
 -- the baseline arm's matching cell, so one expectation on delta_pct judges every comparison.
 -- The metrics are the catalogue's (specwatch/analysis/metrics.py), bound as $catalogue: one
 -- {metric, lower, family, in_run, acceptance} per delta-checked metric; their values are the
@@ -11,47 +11,47 @@ WITH catalogue AS (
     SELECT unnest($catalogue, recursive := true)
 ),
 cell AS (
-    SELECT c.arm, c.block, c.cell, c.concurrency, c.prompt_class, a.k
+    SELECT c.arm, c.round, c.cell, c.concurrency, c.prompt_class, a.k
     FROM cells c
-    JOIN arms a USING (run_id, arm, block)
+    JOIN arms a USING (run_id, arm, round)
     WHERE c.run_id = $run_id AND NOT c.rejected
 ),
 pair AS (
     SELECT
-        cand.arm, cand.block, cand.cell, cand.concurrency, cand.prompt_class,
+        cand.arm, cand.round, cand.cell, cand.concurrency, cand.prompt_class,
         coalesce(cand.k = base.k, false) AS same_k  -- no speculation on either side: nothing to compare
     FROM cell cand
-    JOIN cell base USING (block, cell)
+    JOIN cell base USING (round, cell)
     WHERE base.arm = $baseline_arm AND cand.arm <> $baseline_arm
 ),
 metric AS (
-    SELECT p.arm, p.block, p.cell, p.concurrency, p.prompt_class,
+    SELECT p.arm, p.round, p.cell, p.concurrency, p.prompt_class,
            'regression.' || k.family AS check_name, k.metric, NULL::INTEGER AS position,
            mc.value, mb.value AS baseline_value, k.lower
     FROM pair p
     JOIN catalogue k ON k.in_run AND (p.same_k OR NOT k.acceptance)
     JOIN cell_metrics mc
-      ON mc.run_id = $run_id AND mc.arm = p.arm AND mc.block = p.block AND mc.cell = p.cell AND mc.metric = k.metric
+      ON mc.run_id = $run_id AND mc.arm = p.arm AND mc.round = p.round AND mc.cell = p.cell AND mc.metric = k.metric
     JOIN cell_metrics mb
-      ON mb.run_id = $run_id AND mb.arm = $baseline_arm AND mb.block = p.block AND mb.cell = p.cell
+      ON mb.run_id = $run_id AND mb.arm = $baseline_arm AND mb.round = p.round AND mb.cell = p.cell
      AND mb.metric = k.metric
     UNION ALL
-    SELECT p.arm, p.block, p.cell, p.concurrency, p.prompt_class,
+    SELECT p.arm, p.round, p.cell, p.concurrency, p.prompt_class,
            'regression.acceptance_position', 'acceptance_pos_' || sc.position,
            sc.position, sc.acceptance, sb.acceptance, false
     FROM pair p
     JOIN spec_positions sc
-      ON sc.run_id = $run_id AND sc.arm = p.arm AND sc.block = p.block AND sc.cell = p.cell
+      ON sc.run_id = $run_id AND sc.arm = p.arm AND sc.round = p.round AND sc.cell = p.cell
     JOIN spec_positions sb
-      ON sb.run_id = $run_id AND sb.arm = $baseline_arm AND sb.block = p.block AND sb.cell = p.cell
+      ON sb.run_id = $run_id AND sb.arm = $baseline_arm AND sb.round = p.round AND sb.cell = p.cell
      AND sb.position = sc.position
     WHERE p.same_k
 )
 SELECT
     (row_number() OVER (
-        ORDER BY arm, block, concurrency, prompt_class, cell, check_name, position NULLS FIRST, metric
+        ORDER BY arm, round, concurrency, prompt_class, cell, check_name, position NULLS FIRST, metric
     ) - 1)::BIGINT AS row_id,
-    arm, block, cell, concurrency, prompt_class, check_name, metric, position,
+    arm, round, cell, concurrency, prompt_class, check_name, metric, position,
     value, baseline_value,
     CASE WHEN lower THEN baseline_value / value - 1 ELSE value / baseline_value - 1 END AS delta_pct
 FROM metric

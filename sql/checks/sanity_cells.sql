@@ -3,16 +3,16 @@
 -- row_id lets Great Expectations name the failing cells (unexpected_index_column_names).
 WITH pos AS (
     SELECT
-        arm, block, cell, position, acceptance,
+        arm, round, cell, position, acceptance,
         acceptance - lag(acceptance) OVER (
-            PARTITION BY arm, block, cell ORDER BY position
+            PARTITION BY arm, round, cell ORDER BY position
         ) AS rise
     FROM spec_positions
     WHERE run_id = $run_id
 ),
 pos_cell AS (
     SELECT
-        arm, block, cell,
+        arm, round, cell,
         min(acceptance)          AS acceptance_pos_min,
         max(acceptance)          AS acceptance_pos_max,
         -- acceptance at position i+1 can never exceed position i (a draft token is only
@@ -20,12 +20,12 @@ pos_cell AS (
         max(rise)                AS acceptance_pos_max_rise,
         arg_max(position, rise)  AS acceptance_pos_rise_at
     FROM pos
-    GROUP BY arm, block, cell
+    GROUP BY arm, round, cell
 )
 SELECT
-    (row_number() OVER (ORDER BY c.arm, c.block, c.concurrency, c.prompt_class, c.cell) - 1)::BIGINT AS row_id,
+    (row_number() OVER (ORDER BY c.arm, c.round, c.concurrency, c.prompt_class, c.cell) - 1)::BIGINT AS row_id,
     c.arm,
-    c.block,
+    c.round,
     c.cell,
     c.concurrency,
     c.prompt_class,
@@ -39,6 +39,6 @@ SELECT
     -- cells that share prefixes on purpose (multi-turn, nonce off) report their hit rate, ungated
     CASE WHEN c.prefix_cache_gate THEN c.prefix_cache_hit_rate END AS prefix_cache_hit_rate
 FROM cells c
-LEFT JOIN pos_cell p USING (arm, block, cell)
+LEFT JOIN pos_cell p USING (arm, round, cell)
 WHERE c.run_id = $run_id
 ORDER BY row_id;

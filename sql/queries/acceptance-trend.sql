@@ -1,8 +1,8 @@
 -- name: acceptance-trend
 -- params: method=NULL, k=NULL, model=NULL, concurrency=NULL, load_level=NULL, prompt_class=NULL, series=NULL, since=NULL
 -- Mean acceptance length and decode tok/s over time, one row per run (and arm) of each
--- series, oldest first within a series. Each point is the median over the arm's restart
--- blocks; *_change_pct compares it with the series' previous point and *_median_7 is the
+-- series, oldest first within a series. Each point is the median over the arm's
+-- rounds; *_change_pct compares it with the series' previous point and *_median_7 is the
 -- median of the last 7 points (a trend that one noisy night does not move). A series is one
 -- model + checkpoint, method, k, workload and host class; the vLLM version changes along it.
 -- regression_flagged marks runs with a failed regression check. Optional filters (default:
@@ -31,7 +31,7 @@ trend AS (
         vllm_version,
         run_id,
         arm,
-        blocks,
+        rounds,
         round(mean_acceptance_length, 3)                               AS mean_acceptance_length,
         round(100 * (mean_acceptance_length / lag(mean_acceptance_length) OVER w - 1), 2)
                                                                        AS acceptance_change_pct,

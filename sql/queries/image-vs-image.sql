@@ -5,7 +5,7 @@
 -- only the image differs), i.e. per load (a concurrency, or a request rate: load_level r2.5) x
 -- prompt class x k. Each side is the median,
 -- over that version's runs in the series, of the per-run point (itself the median over the
--- arm's restart blocks; rejected cells never count); runs_a / runs_b say how many runs.
+-- arm's rounds; rejected cells never count); runs_a / runs_b say how many runs.
 -- *_delta_pct = 100 * (b / a - 1): positive means $image_b is faster or accepts more. Series
 -- that ran on only one of the two versions are left out. Optional filters (default: all):
 -- method (e.g. ngram), k (an integer), model (served name or checkpoint path).

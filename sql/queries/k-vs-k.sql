@@ -4,7 +4,7 @@
 -- length, one row per vLLM version x series pair that ran with both k (same model +
 -- checkpoint, method, workload and host class; only k differs), i.e. per image x concurrency
 -- x prompt class. Each side is the median over its runs of the per-run point (median over
--- restart blocks; rejected cells never count); runs_a / runs_b say how many runs.
+-- rounds; rejected cells never count); runs_a / runs_b say how many runs.
 -- *_delta_pct = 100 * (b / a - 1): positive means k = $k_b is faster or accepts more. k is
 -- the k that ran (after any k-ladder fallback). Optional filters (default: all): image (a
 -- vLLM version, e.g. 0.32.0), method, model.

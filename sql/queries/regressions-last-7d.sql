@@ -11,7 +11,7 @@ SELECT
     run_id,
     arm,
     vllm_version,
-    block,
+    round,
     concurrency,
     prompt_class,
     "check",
@@ -23,4 +23,4 @@ SELECT
     detail
 FROM regressions
 WHERE created_at >= current_timestamp - INTERVAL (CAST($days AS INTEGER)) DAY
-ORDER BY created_at DESC, run_id, delta_pct, arm, block, concurrency, prompt_class, metric;
+ORDER BY created_at DESC, run_id, delta_pct, arm, round, concurrency, prompt_class, metric;

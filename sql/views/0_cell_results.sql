@@ -2,7 +2,7 @@ CREATE OR REPLACE VIEW cell_results AS
 SELECT
     c.run_id,
     c.arm,
-    c.block,
+    c.round,
     a.image,
     a.vllm_version,
     a.method,
@@ -24,5 +24,5 @@ SELECT
     c.reject_reason,
     r.started_at
 FROM cells c
-JOIN arms a USING (run_id, arm, block)
+JOIN arms a USING (run_id, arm, round)
 JOIN runs r USING (run_id);

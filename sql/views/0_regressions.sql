@@ -1,5 +1,5 @@
 -- Failed regression checks. delta_pct is in percent: 100 * (value / baseline_value - 1).
--- block is NULL for a check over all blocks; image/vllm_version/method are the arm's.
+-- round is NULL for a check over all rounds; image/vllm_version/method are the arm's.
 CREATE OR REPLACE VIEW regressions AS
 WITH arm_info AS (
     SELECT run_id, arm,
@@ -19,7 +19,7 @@ SELECT
     CASE WHEN q.baseline_value > 0 THEN 100 * (q.value / q.baseline_value - 1) END AS delta_pct,
     q.check_name                                    AS "check",
     q.created_at,
-    q.block,
+    q.round,
     q.threshold,
     q.detail,
     a.image,

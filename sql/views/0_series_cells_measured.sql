@@ -1,4 +1,4 @@
--- One row per non-rejected cell (every block), with its series fields, as measured:
+-- One row per non-rejected cell (every round), with its series fields, as measured:
 -- series_cells (1_) is what history reads. Reads only the per-cell aggregates written at
 -- ingest (cells); nothing here touches the requests table.
 --
@@ -39,7 +39,7 @@ WITH run_keys AS (
 ),
 arm_keys AS (
     SELECT
-        run_id, arm, block, image, vllm_version, method, k,
+        run_id, arm, round, image, vllm_version, method, k,
         -- `--tensor-parallel-size N`, `-tp N`, `--tensor-parallel-size=N` or `-tp=N`; else 1
         coalesce(
             TRY_CAST(nullif(regexp_extract(CAST(launch_argv AS VARCHAR),
@@ -83,7 +83,7 @@ keyed AS (
         a.vllm_version,
         c.run_id,
         c.arm,
-        c.block,
+        c.round,
         c.cell,
         r.started_at,
         c.decode_tok_s_median,
@@ -94,7 +94,7 @@ keyed AS (
         c.mean_acceptance_length,
         c.draft_acceptance_rate
     FROM cells c
-    JOIN arm_keys a USING (run_id, arm, block)
+    JOIN arm_keys a USING (run_id, arm, round)
     JOIN run_keys r USING (run_id)
     WHERE NOT c.rejected
 )

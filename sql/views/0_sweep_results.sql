@@ -16,5 +16,5 @@ SELECT
     r.repetition_ratio,
     r.loop_detected
 FROM requests r
-JOIN cells c USING (run_id, arm, block, cell)
+JOIN cells c USING (run_id, arm, round, cell)
 WHERE c.depth IS NOT NULL AND r.status = 'ok';

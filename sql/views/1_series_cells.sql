@@ -7,5 +7,5 @@ SELECT s.* REPLACE (
     CASE WHEN c.loop_detected THEN NULL ELSE s.draft_acceptance_rate END  AS draft_acceptance_rate
 )
 FROM series_cells_measured s
-JOIN cells c USING (run_id, arm, block, cell)
+JOIN cells c USING (run_id, arm, round, cell)
 WHERE c.skip_reason IS NULL;

@@ -1,5 +1,5 @@
 -- One point per (run, arm, cell) of a series: each metric is the median over the arm's
--- restart blocks (blocks = how many blocks were kept). Named queries read this view.
+-- rounds (rounds = how many rounds were kept). Named queries read this view.
 CREATE OR REPLACE VIEW series_points AS
 SELECT
     s.series_key, s.host_class,
@@ -9,7 +9,7 @@ SELECT
     s.cpu_model, s.gpu_model, s.gpu_count, s.tensor_parallel_size,
     s.image, s.vllm_version, s.run_id, s.arm, s.started_at,
     f.regression_flagged,
-    count(*)                           AS blocks,
+    count(*)                           AS rounds,
     median(s.decode_tok_s_median)      AS decode_tok_s_median,
     median(s.ttft_s_median)            AS ttft_s_median,
     median(s.aggregate_tok_s)          AS aggregate_tok_s,

@@ -3,7 +3,7 @@
 --   axis 'image': the series (its key leaves the image out); the side is the vLLM version;
 --   axis 'k':     the series key without k, plus the image; the side is k.
 -- Each side is the median over its runs of the per-run point (itself the median over the
--- arm's restart blocks; rejected cells never count); runs says how many runs.
+-- arm's rounds; rejected cells never count); runs says how many runs.
 CREATE OR REPLACE VIEW comparable_points AS
 WITH keyed AS (
     SELECT 'image' AS axis, series_key AS pair_key, vllm_version AS side, *

@@ -59,7 +59,7 @@ def command_ab(name: str, checkpoint: str, python: str, env: dict[str, str] | No
         "images": [{"name": "here", "backend": "python", "python": python}],
         "arms": [arm("k2", 2), arm("k3", 3)],
         "baseline": "k2",
-        "design": {"blocks": 1, "probes": 1, "probe_tokens": 8},
+        "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
                      "requests_per_cell": 2, "warmup_requests": 1},
     }

@@ -63,7 +63,7 @@ RICH: dict[str, Any] = {
     "sampling": {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "seed": 0},
     "thresholds": {"noise_band": 0.05, "max_prefix_cache_hit_rate": 0.01, "client_loop_lag_ms": 20,
                    "client_cpu_share": 0.9, "client_send_lateness_ms": 10},
-    "design": {"blocks": 3, "max_blocks": 5, "adaptive": True, "varies": ["k", "launcher", "args"],
+    "design": {"rounds": 3, "max_rounds": 5, "adaptive": True, "varies": ["k", "launcher", "args"],
                "allow_confounded": True, "probes": 2, "probe_tokens": 8},
     "verdict": {"tail_floor": 0.2, "require_gain": True, "concurrency": [1], "request_rates": [1.5],
                 "metrics": ["decode_tok_s"]},

@@ -41,7 +41,7 @@ class LaunchContext:
     max_model_len: int | None = None
     host: str = "127.0.0.1"  # where the server binds and the client reaches it
     run_id: str = ""
-    launch_name: str = ""  # <run>-<arm>-b<block>: names the launch's containers
+    launch_name: str = ""  # <run>-<arm>-b<round>: names the launch's containers
     ranks: tuple[Rank, ...] = ()  # a multi-rank arm's ranks, rendered (specwatch.ranks)
     ssh: SshRoute | None = None  # a single-server arm on a remote host
     netns: str | None = None  # ... or in a namespace of this machine

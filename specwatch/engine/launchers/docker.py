@@ -1,6 +1,6 @@
 """vLLM's OpenAI server in a container of the arm's image, on the host network.
 
-Equivalent to `docker run -d --name <run>-<arm>-b<block> --label specwatch.run=<run> --network host
+Equivalent to `docker run -d --name <run>-<arm>-b<round> --label specwatch.run=<run> --network host
 --ipc host --env ... -v <model>:<model>:ro <image> python3 -m vllm.entrypoints.openai.api_server ...`
 (recorded as such, secrets redacted). The container's output goes into the arm dir's server.log;
 stopping is `docker stop -t 3`, then `docker rm -f`.

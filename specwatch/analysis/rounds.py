@@ -1,7 +1,8 @@
-"""Restart-block launch order, counterbalanced against drift, and the block pairs it implies.
+"""The launch order of the rounds, counterbalanced against drift, and the launch pairs it implies.
 
-The unit of replication is a restart block, not a request (measurement rule 7: identical boots of the
-same config swing 45-65 tok/s in one cell), so comparisons pair one value per block across arms.
+A round is one launch of each arm. It is the unit of replication, not a request (measurement rule 7:
+identical boots of the same config swing 45-65 tok/s in one cell), so comparisons pair one value per
+round across arms.
 """
 
 from __future__ import annotations
@@ -40,16 +41,16 @@ def _mirror_pairs(m: int) -> list[tuple[list[int], list[int]]]:
     return [(row, row[::-1]) for row in rows]
 
 
-def block_order(arms: Sequence[str], blocks_per_arm: int) -> list[tuple[str, int]]:
-    """Launch sequence of (arm, block number for that arm, from 1), counterbalanced against drift.
+def round_order(arms: Sequence[str], rounds: int) -> list[tuple[str, int]]:
+    """Launch sequence of (arm, round number, from 1), counterbalanced against drift.
 
-    Launches come in rounds; each round launches every arm once, so block i of every arm is in
-    round i. Rounds come in mirror pairs (a row of a Williams design, then that row reversed),
-    and which member of the pair goes first follows the Thue-Morse sequence over pair index.
+    Each round launches every arm once. Rounds come in mirror pairs (a row of a Williams design, then
+    that row reversed), and which member of the pair goes first follows the Thue-Morse sequence over
+    pair index.
 
     Guarantees (tested):
-    1. Round i holds block i of every arm (paired blocks are at most len(arms)-1 launches apart;
-       adjacent for two arms).
+    1. Round i holds the i-th launch of every arm (paired launches are at most len(arms)-1 launches
+       apart; adjacent for two arms).
     2. After every even number of rounds, every arm has the same mean launch position, so a
        linear drift (thermal, page cache, a neighbour's job ramping up) cancels exactly; with an
        odd number of rounds the imbalance is at most one round.
@@ -59,34 +60,34 @@ def block_order(arms: Sequence[str], blocks_per_arm: int) -> list[tuple[str, int
        boundaries are not balanced.
     4. Two arms: the sequence is the Thue-Morse sequence A B B A B A A B ..., so the first 2^(d+1)
        launches also cancel polynomial drift up to degree d (Prouhet-Tarry-Escott).
-    5. block_order(arms, n) is a prefix of block_order(arms, n + 1), so adaptive stopping can
+    5. round_order(arms, n) is a prefix of round_order(arms, n + 1), so adaptive stopping can
        extend a run one round at a time and keep every guarantee above.
     """
     if not arms:
-        raise ValueError("block_order needs at least one arm")
+        raise ValueError("round_order needs at least one arm")
     if len(set(arms)) != len(arms):
         raise ValueError(f"arm names must be unique: {list(arms)}")
-    if blocks_per_arm < 0:
-        raise ValueError("blocks_per_arm must be >= 0")
+    if rounds < 0:
+        raise ValueError("rounds must be >= 0")
     pairs = _mirror_pairs(len(arms))
-    rounds: list[list[int]] = []
+    rows: list[list[int]] = []
     k = 0
-    while len(rounds) < blocks_per_arm:
+    while len(rows) < rounds:
         fwd, rev = pairs[k % len(pairs)]
-        rounds += [fwd, rev] if _thue_morse(k) == 0 else [rev, fwd]
+        rows += [fwd, rev] if _thue_morse(k) == 0 else [rev, fwd]
         k += 1
-    return [(arms[a], r + 1) for r, row in enumerate(rounds[:blocks_per_arm]) for a in row]
+    return [(arms[a], r + 1) for r, row in enumerate(rows[:rounds]) for a in row]
 
 
-def pair_blocks(order: Sequence[tuple[str, int]], baseline: str, candidate: str) -> list[tuple[int, int]]:
-    """(baseline block, candidate block) pairs: the i-th launch of one with the i-th of the other.
+def pair_rounds(order: Sequence[tuple[str, int]], baseline: str, candidate: str) -> list[tuple[int, int]]:
+    """(baseline round, candidate round) pairs: the i-th launch of one with the i-th of the other.
 
-    In a block_order sequence those two launches sit in the same round (adjacent for two arms),
+    In a round_order sequence those two launches sit in the same round (adjacent for two arms),
     so the pair shares whatever slow drift the host had at the time; the paired difference
     removes it. A trailing launch without a partner is left out.
     """
     if baseline == candidate:
         raise ValueError("baseline and candidate must be different arms")
-    base = [blk for arm, blk in order if arm == baseline]
-    cand = [blk for arm, blk in order if arm == candidate]
+    base = [n for arm, n in order if arm == baseline]
+    cand = [n for arm, n in order if arm == candidate]
     return list(zip(base, cand, strict=False))  # a trailing launch without a partner drops out
