@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats as sst
 
-from benchmarks.simulation import simulate, wrong_call
 from specwatch.analysis.acceptance import decay, tail_collapsed
-from specwatch.analysis.adaptive import adaptive_decision
 from specwatch.analysis.cost import fit_step_time, predict_k, prediction_error, step_time_from
 from specwatch.analysis.decision import CellVerdict, VerdictRule, classify, experiment_verdict
 from specwatch.analysis.intervals import (
@@ -353,38 +351,3 @@ def test_cost_model_without_step_slope_prefers_deepest_k() -> None:
     assert one.at(3).tokens_per_step == pytest.approx(1 + 0.6 + 0.36 + 0.216)
     with pytest.raises(ValueError):
         predict_k(DOMAIN_K7, 0.03, k_measured=5)
-
-
-# ------------------------------------------------------------------------------- adaptive stopping
-
-
-def test_adaptive_stops_early_on_big_effect_not_on_null() -> None:
-    rng = np.random.default_rng(8)
-    base = 55 * (1 + 0.05 * rng.standard_normal(10))
-    big = 55 * 1.4 * (1 + 0.05 * rng.standard_normal(10))
-    null = 55 * (1 + 0.05 * rng.standard_normal(10))
-
-    def rounds_used(cand: np.ndarray) -> int:
-        n = 1
-        while True:
-            ci = relative_diff_ci(base[:n], cand[:n], n_resamples=2000)
-            if not adaptive_decision({"c1": ci}, 0.05, n, 3, 10).add_round:
-                return n
-            n += 1
-
-    assert rounds_used(big) == 3
-    assert rounds_used(null) == 10
-    stop = adaptive_decision({"c1": _ci(-0.1, 0.1), "c4": _ci(0.1, 0.2)}, 0.05, 10, 3, 10)
-    assert not stop.add_round and stop.pending == ["c1"] and "maximum" in stop.reason
-
-
-def test_simulation_design_comparison() -> None:
-    rng = np.random.default_rng(9)
-    big = simulate(1000, 0.40, 0.10, 0.05, (3, 10), adaptive=True, rng=rng, n_resamples=1000)
-    assert big.mean_rounds < 4 and big.decision_rates["gain"] > 0.95 and big.wrong_rate == 0
-    null = simulate(1000, 0.0, 0.10, 0.05, (3, 10), adaptive=True, rng=rng, n_resamples=0)
-    assert null.mean_rounds > 9 and null.decision_rates["inconclusive"] > 0.9
-    fixed = simulate(1000, 0.0, 0.10, 0.05, (3, 6), adaptive=False, rng=rng, n_resamples=0)
-    assert fixed.mean_rounds == 6 and sum(fixed.decision_rates.values()) == pytest.approx(1.0)
-    assert wrong_call("gain", 0.03, 0.05) and wrong_call("regression", 0.10, 0.05)
-    assert wrong_call("flat", 0.08, 0.05) and not wrong_call("inconclusive", 0.0, 0.05)

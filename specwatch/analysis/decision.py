@@ -15,7 +15,6 @@ from specwatch.records import CellKey
 
 Outcome = Literal["gain", "regression", "flat", "inconclusive"]
 Decision = Literal["PROMOTE", "REVERT", "NO CHANGE", "INCONCLUSIVE"]
-OUTCOMES: tuple[Outcome, ...] = ("gain", "regression", "flat", "inconclusive")
 
 
 def classify(ci: DiffCI | None, band: float, higher_is_better: bool = True) -> Outcome:
