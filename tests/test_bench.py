@@ -13,6 +13,7 @@ from specwatch.bench.gates import Gates, gate
 from specwatch.bench.runner import CellsAborted, InProcess, prepare
 from specwatch.records import CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, WorkloadSpec
+from specwatch_testing.experiments import LOOSE_CLIENT_GATES
 from specwatch_testing.server import run_fake_vllm
 
 MODEL = "demo"
@@ -34,9 +35,10 @@ def workload(**kw: object) -> WorkloadSpec:
 def bench(url: str, wl: WorkloadSpec, namespace: str = "t1") -> list[CellResult]:
     target = BenchTarget(url, MODEL, namespace)
     asyncio.run(prepare(target, wl, SamplingSpec()))
-    # The client-health gate has its own tests (test_selfcheck); here it would judge the host, whose second core
-    # the session's background image build shares, so only a stalled client (a quarter second) is rejected.
-    gates = Gates(0.01, wl.repetition_flag_ratio, client_loop_lag_ms=250.0)
+    # The client-health gates have their own tests (test_selfcheck); here they would judge the host, whose
+    # second core the session's background image build shares (CI stops 27 and 28: a 22 ms loop lag, a 0.96
+    # CPU share), and a saturated client's reason replaces the one a test is about.
+    gates = Gates(0.01, wl.repetition_flag_ratio, **LOOSE_CLIENT_GATES)
     return InProcess().measure(target, wl, SamplingSpec(), gates)
 
 
