@@ -8,7 +8,6 @@ from datetime import timedelta
 from pathlib import Path
 from statistics import median
 
-import duckdb
 import pytest
 
 from specwatch.analysis import metrics
@@ -122,12 +121,7 @@ def test_an_unregistered_metric_is_still_refused() -> None:
 def test_migration_014_moves_the_stored_runs_metrics_into_cell_metrics(tmp_path: Path) -> None:
     """A database at schema 013 gets the rows ingest would have written, from the cells' columns."""
     result = _ab()
-    con = duckdb.connect(str(tmp_path / "old.duckdb"))
-    con.execute(db.load_sql("schema_migrations.sql"))
-    for version, name, text in db.migrations():
-        if version <= 13:
-            con.execute(text)
-            con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
+    con = rf.database_at(tmp_path / "old.duckdb", 13)
     for table, frame in frames(result).items():
         if table != "cell_metrics":  # the columns a database at 013 has: later migrations add more
             old = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}

@@ -97,12 +97,7 @@ def test_a_run_rebuilt_from_duckdb_equals_the_one_ingested(tmp_path: Path) -> No
 
 def test_migration_004_carries_rows_over_with_their_cell_key(tmp_path: Path) -> None:
     """A database at schema 003 (the last one keyed by concurrency and prompt class) keeps its rows."""
-    con = duckdb.connect(str(tmp_path / "old.duckdb"))
-    con.execute(db.load_sql("schema_migrations.sql"))
-    for version, name, text in db.migrations():
-        if version <= 3:
-            con.execute(text)
-            con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
+    con = rf.database_at(tmp_path / "old.duckdb", 3)
     con.execute("insert into runs (run_id, experiment_name) values ('r1', 'old')")
     con.execute("insert into arms (run_id, arm, block, status) values ('r1', 'k5', 1, 'ok')")
     for c, pc in ((1, "code"), (4, "prose")):
@@ -141,12 +136,7 @@ def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path)
     result.experiment["design"] = {"rounds": 3, "max_rounds": 5, "adaptive": True}
     stored = result.model_copy(update={"experiment": {**result.experiment, "design": {
         "blocks": 3, "max_blocks": 5, "adaptive": True}}})
-    con = duckdb.connect(str(tmp_path / "old.duckdb"))
-    con.execute(db.load_sql("schema_migrations.sql"))
-    for version, name, text in db.migrations():
-        if version <= 17:
-            con.execute(text)
-            con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
+    con = rf.database_at(tmp_path / "old.duckdb", 17)
     for table, frame in frames(stored).items():
         db.append(con, table, frame.rename(columns={"round": "block"}))
     assert db.migrate(con) == ["018_rounds.sql"]

@@ -67,12 +67,7 @@ def test_a_database_at_an_older_migration_upgrades_to_the_view_files(tmp_path: P
     expected = held_views(fresh)
     fresh.close()
     path = tmp_path / "old.duckdb"
-    con = duckdb.connect(str(path))
-    con.execute(db.load_sql("schema_migrations.sql"))
-    for version, name, text in db.migrations():
-        if version <= at:
-            con.execute(text)
-            con.execute(db.load_sql("migration_record.sql"), {"version": version, "name": name})
+    con = rf.database_at(path, at)
     for name in ("cell_results", "series_cells", "series_points", "series"):
         con.execute(f"CREATE VIEW {name} AS SELECT 1 AS left_by_an_older_version")
     con.close()

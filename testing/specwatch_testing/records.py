@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import duckdb
+
 from specwatch import records as r
 from specwatch.spec import SloSpec
+from specwatch.store import db
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -63,3 +66,14 @@ def query(db: str | Path, sql: str, params: dict[str, object] | None = None) -> 
         return con.execute(sql, params or {}).fetchall()
     finally:
         con.close()
+
+
+def database_at(path: Path, version: int) -> duckdb.DuckDBPyConnection:
+    """A database as an older specwatch left it: the migrations up to `version` applied and recorded, no views."""
+    con = duckdb.connect(str(path))
+    con.execute(db.load_sql("schema_migrations.sql"))
+    for number, name, text in db.migrations():
+        if number <= version:
+            con.execute(text)
+            con.execute(db.load_sql("migration_record.sql"), {"version": number, "name": name})
+    return con
