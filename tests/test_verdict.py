@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from specwatch.analysis.sequential import COMPOSITE, PriorVariance
-from specwatch.analysis.verdict import Assessment, assess, decision_records, first_divergence
+from specwatch.analysis.verdict import Assessment, assess, control_arms, decision_records, first_divergence
 from specwatch.records import RunResult
 from specwatch.report import markdown
 from specwatch.report.rows import verdict_rows
@@ -173,3 +173,26 @@ def test_the_no_spec_control_is_reported_beside_not_judged() -> None:
     records = decision_records(a, with_control)
     assert all(q.passed for q in records if q.arm == "nospec")
     assert a.compared_probes == 3  # k5-k3, nospec-k3, k5-nospec: each pair once, not k3-nospec again
+
+
+def test_an_aa_of_an_arm_without_speculation_is_judged_not_set_aside_as_a_control() -> None:
+    # the calibration of the demo's baseline: nospec against nospec (it read "no candidate cells" before)
+    doc = spec().model_dump(mode="json")
+    doc["arms"] = [{"name": "a", "image": "cpu"}, {"name": "b", "image": "cpu"}]
+    doc["baseline"] = "a"
+    doc["design"] = {**doc["design"], "varies": []}
+    aa = ExperimentSpec.model_validate(doc)
+    assert control_arms(aa) == set()
+    result = rounds_run(1.0, [85.0, 70.0, 55.0])
+    result.arms = []
+    for round_no in (1, 2, 3):
+        for name in ("a", "b"):
+            launch = rf.arm(name, 3, 2.0, [80.0, 60.0, 40.0]).model_copy(
+                update={"name": name, "k": None, "method": None, "round": round_no})
+            launch.cells = [c.model_copy(update={"window": c.window.model_copy(update={
+                "num_drafts": None, "accepted_per_position": None, "num_accepted_tokens": None})})
+                for c in launch.cells]
+            result.arms.append(launch)
+    a = assess(result, aa)
+    assert [d.arm for d in a.arms] == ["b"]
+    assert "no candidate cells at the declared load levels" not in a.verdict.all_reasons

@@ -249,6 +249,10 @@ def assess(result: RunResult, spec: ExperimentSpec, priors: Priors | None = None
 
 
 def control_arms(spec: ExperimentSpec) -> set[str]:
+    """No-spec arms beside a speculating baseline. Where the baseline does not speculate either (an A/A of it,
+    an image against an image), such an arm is a candidate like any other."""
+    if spec.arm(spec.baseline).speculative is None:
+        return set()
     return {a.name for a in spec.arms if a.speculative is None and a.name != spec.baseline}
 
 
