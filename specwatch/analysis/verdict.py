@@ -174,7 +174,8 @@ def correctness(result: RunResult, spec: ExperimentSpec) -> tuple[list[Divergenc
     no-spec control when there is one. Returns the divergences and the number of probes compared."""
     probes = {a.name: launches[0].probes for a in spec.arms
               if (launches := _ok_rounds(result, a.name)) and launches[0].probes}
-    references = [spec.baseline] + [a.name for a in spec.arms if a.speculative is None and a.name != spec.baseline]
+    controls = control_arms(spec)
+    references = [spec.baseline] + [a.name for a in spec.arms if a.name in controls]
     found, compared, seen = [], 0, set()
     for ref in references:
         for arm in spec.arms:
