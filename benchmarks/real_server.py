@@ -19,6 +19,7 @@ min_tokens == max_tokens (measurement rule 4) and return_token_ids, and both cos
 logits processor on every decode step, token ids in every chunk). `vb` in `--order` is the peer
 sending specwatch's body (`--extra-body`), so that the two tools ask the server for the same work;
 `vbo` is the peer with its own body, and `vb` against `vbo` is what those fields cost the server.
+`vbm` (min_tokens alone) and `vbr` (return_token_ids alone) split that cost between the two fields.
 
     .venv/bin/python benchmarks/real_server.py [--concurrency 1,4] [--requests 16]
 """
@@ -46,7 +47,10 @@ from specwatch.engine.platforms import PLATFORMS  # noqa: E402
 from specwatch.spec import SamplingSpec  # noqa: E402
 
 BENCH_DIR = Path(__file__).resolve().parent
-TOOLS = {"sw": "specwatch bench", "vb": "vllm bench serve", "vbo": "vllm bench serve, own body"}
+TOOLS = {"sw": "specwatch bench", "vb": "vllm bench serve", "vbo": "vllm bench serve, own body",
+         "vbm": "vllm bench serve, + min_tokens", "vbr": "vllm bench serve, + return_token_ids"}
+# The fields of specwatch's body each peer tool leaves out (vbo sends none of it: the peer's own body).
+_LEFT_OUT = {"vb": (), "vbm": ("return_token_ids",), "vbr": ("min_tokens",)}
 
 
 def parse() -> argparse.Namespace:
@@ -124,16 +128,18 @@ def run_specwatch(url: str, a: argparse.Namespace, work: Path, core: int | None,
             "prompts": prompts, "datasets": files, "samples": samples, "server": server}
 
 
-def specwatch_body(max_tokens: int) -> dict:
-    """The sampling fields specwatch sends (greedy), less the streaming ones the peer sets itself."""
+def specwatch_body(max_tokens: int, left_out: tuple[str, ...] = ()) -> dict:
+    """The sampling fields specwatch sends (greedy), less the streaming ones the peer sets itself and
+    `left_out`."""
     body = sampling_fields(max_tokens, SamplingSpec(temperature=0.0))
-    return {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    return {k: v for k, v in body.items() if k not in ("stream", "stream_options", *left_out)}
 
 
 def run_vllm(url: str, a: argparse.Namespace, c: int, path: Path | None, core: int | None, run: int,
              tool: str) -> dict:
     """`path`: the cell's prompts as `specwatch bench --dataset-out` wrote them (None: vllm's random dataset).
-    `tool` vb: the peer sends specwatch's request body; vbo: its own."""
+    `tool` vb: the peer sends specwatch's request body; vbm, vbr: that body less one field (_LEFT_OUT);
+    vbo: its own."""
     before = httpx.get(f"{url}/metrics", timeout=30).text
     # The server is warm (specwatch ran first, with its warm-up), so vllm's readiness request and warm-ups
     # are skipped: its invocation window then holds only the measured requests, for the server-side view.
@@ -141,8 +147,8 @@ def run_vllm(url: str, a: argparse.Namespace, c: int, path: Path | None, core: i
                              input_len=a.prompt_tokens, output_len=a.max_tokens, core=core,
                              request_id_prefix=f"{tool}{run}-c{c}-", dataset_path=path, num_warmups=0,
                              extra=["--ready-check-timeout-sec", "0",
-                                    *(["--extra-body", json.dumps(specwatch_body(a.max_tokens))]
-                                      if tool == "vb" else [])])
+                                    *(["--extra-body", json.dumps(specwatch_body(a.max_tokens, _LEFT_OUT[tool]))]
+                                      if tool in _LEFT_OUT else [])])
     after = httpx.get(f"{url}/metrics", timeout=30).text
     return {"result": run.result, "argv": run.argv, "stdout": run.stdout,
             "invocation_window": window(parse_metrics(before), parse_metrics(after)),
@@ -266,12 +272,14 @@ def main() -> int:
                             prompts, datasets = sw["prompts"], sw["datasets"]
                         sw["same_prompts"] = sw["prompts"] == prompts
                         runs.append({"tool": "sw", "run": n, **sw})
+                        print(f"#   output tok/s {[c['aggregate_tok_s'] for c in sw['json']['cells']]}", flush=True)
                     else:
                         per_c = {}
                         for c in conc:
                             print(f"# {TOOLS[tool]} run {n} c={c}", flush=True)
                             same = datasets.get(c) if a.vllm_dataset == "same" else None
                             per_c[c] = run_vllm(url, a, c, same, client_core, n, tool)
+                            print(f"#   output tok/s {per_c[c]['result']['output_throughput']:.1f}", flush=True)
                         runs.append({"tool": tool, "run": n, "per_c": per_c})
                 capacity = run_capacity(url, a, [int(c) for c in a.capacity.split(",") if c], work)
                 poll = gauge_poll_cost(url)
@@ -446,8 +454,9 @@ def report(a, conc, runs, note, boot_s, server_cmd, poll) -> None:  # type: igno
     print()
     print("Side by side (mean of each tool's runs; ratio = first / second; spread = max/min - 1 of a tool's own")
     print("runs, i.e. run-to-run noise on this server). sw vs vb: the two clients, asking for the same work;")
-    print("vb vs vbo: the peer with specwatch's request body against its own, i.e. what those fields cost.")
-    for x, y in (("sw", "vb"), ("vb", "vbo")):
+    print("vb vs vbo: the peer with specwatch's request body against its own, i.e. what those fields cost;")
+    print("vbm, vbr vs vbo: what min_tokens alone and return_token_ids alone cost.")
+    for x, y in (("sw", "vb"), ("vb", "vbo"), ("vbm", "vbo"), ("vbr", "vbo")):
         side_by_side(a, conc, data, x, y)
     print(textwrap.dedent("""\
         Server's own view over each tool's window (vLLM histograms: request_decode_time = first to last token,

@@ -8,7 +8,9 @@
 #   warm    benchmarks/gpu/warm.yaml: one launch that fills the compile caches (run it while the next
 #           wheel set is still being sent); its figures are thrown away
 #   ab      examples/gpu-ngram.yaml: k5 vs k7 ngram on the real model (SmolLM2-135M-Instruct), c=1/16/64 x
-#           code/prose, decided by the sequential design in 3-4 rounds (verdict, curves, cost)
+#           code/prose, decided by the sequential design in 3-4 rounds (verdict, curves, cost);
+#           MAX_ROUNDS=N caps its rounds below the file's max_rounds, so that a booking keeps time for the
+#           stages after it
 #   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 rounds
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
@@ -16,6 +18,8 @@
 #         prompts (specwatch bench --dataset-out), then specwatch alone at c=256/512/1024 (client capacity)
 #   recheck  the peer at c=1 and c=64 only, 128 requests, order sw vb vbo vbo vb sw: specwatch against the
 #            peer sending the same request body (vb), and the peer with its own (vbo)
+#   bodyreal  the recheck on the real model at c=1, 32 requests, the peer also with min_tokens alone (vbm) and
+#             return_token_ids alone (vbr): what each field of specwatch's body costs the server
 #   big   examples/gpu-ngram-24x2048.yaml: the same A/B on a 24-layer, 2048-wide generated model
 #
 # Invocations take turns on the GPU (a lock in $GPU_OUT): one started while another runs waits for it.
@@ -51,7 +55,14 @@ flow() {  # flow NAME ARGS...: `specwatch run ARGS`, its summary, report and plo
 }
 
 stage_warm() { flow warm benchmarks/gpu/warm.yaml; }
-stage_ab() { flow ab examples/gpu-ngram.yaml; }
+stage_ab() {
+  local file=examples/gpu-ngram.yaml
+  if [ -n "${MAX_ROUNDS:-}" ]; then  # the same experiment, fewer rounds: a copy with max_rounds replaced
+    file=$OUTD/gpu-ngram.yaml
+    sed "s/^  max_rounds: [0-9]*/  max_rounds: $MAX_ROUNDS/" examples/gpu-ngram.yaml > "$file"
+  fi
+  flow ab "$file"
+}
 stage_kimage() { flow kimage examples/gpu-k-and-image.yaml; }
 stage_kresume() {  # the 2026-12-02 kimage run, continued: --resume keeps its 8 launches and runs k7#3
   local id=20261202T013734Z-bda365
@@ -60,16 +71,24 @@ stage_kresume() {  # the 2026-12-02 kimage run, continued: --resume keeps its 8 
   flow kresume --resume "$id"
 }
 stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
-peer() {  # peer NAME ARGS...: real_server.py on the demo model (generated here if no flow has run)
-  local name=$1
-  shift
-  $PY -c "import sys; from pathlib import Path; from specwatch.engine.checkpoint import ensure_generated_model as e
-from specwatch.spec import GeneratedModel; print(e(GeneratedModel(), Path(sys.argv[1])))" "$VPY" >> "$OUTD/session.log"
+peer() {  # peer NAME MODEL ARGS...: real_server.py on MODEL (a ModelSpec: generated, or converted, here if
+  local name=$1 model=$2  # no flow has made it yet)
+  shift 2
+  local dir
+  dir=$($PY -c "import sys; from pathlib import Path; from specwatch.engine.checkpoint import resolve_model_path as r
+from specwatch.spec import ModelSpec; print(r(ModelSpec.model_validate_json(sys.argv[1]), Path(sys.argv[2])))" \
+    "$model" "$VPY" 2>> "$OUTD/session.log")
+  log "peer $name: model $dir"
   SPECWATCH_VLLM_PYTHON=$VPY $PY benchmarks/real_server.py --gpu --k 5 --prompt-tokens 256 --max-tokens 128 \
-    --quiet-wait-s 0 --keep-dir "$OUTD/$name" "$@" > "$OUTD/$name.txt" 2>&1
+    --model "$dir" --quiet-wait-s 0 --keep-dir "$OUTD/$name" "$@" > "$OUTD/$name.txt" 2>&1
 }
-stage_peer() { peer peer --concurrency 1,16,64,256 --requests 256 --capacity 256,512,1024; }
-stage_recheck() { peer recheck --concurrency 1,64 --requests 128 --order sw,vb,vbo,vbo,vb,sw; }
+DEMO='{"generate": {}}'
+REAL='{"package": "smollm2-135m"}'
+stage_peer() { peer peer "$DEMO" --concurrency 1,16,64,256 --requests 256 --capacity 256,512,1024; }
+stage_recheck() { peer recheck "$DEMO" --concurrency 1,64 --requests 128 --order sw,vb,vbo,vbo,vb,sw; }
+stage_bodyreal() {  # the prefix cache stays off (real_server.py's default): the passes replay one prompt set
+  peer bodyreal "$REAL" --concurrency 1 --requests 32 --order sw,vb,vbm,vbr,vbo,vbo,vbr,vbm,vb,sw
+}
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nproc; "$VPY" -c \
   'import vllm, torch; print("vllm", vllm.__version__, "torch", torch.__version__)'; } > "$OUTD/host.txt" 2>&1
