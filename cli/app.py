@@ -70,13 +70,15 @@ def _load(file: Path) -> ExperimentSpec:
 @app.command()
 def validate(
     file: Annotated[Path, typer.Argument(help="experiment YAML")],
-    launches: Annotated[bool, typer.Option("--plan", help="also print the rounds a call needs, and each rank's "
-                                                     "exact launch and env file")] = False,
+    launches: Annotated[bool, typer.Option("--plan", help="also print the rounds a call needs (from the variance "
+                                                     "stored for these cells, as the run would use it), and "
+                                                     "each rank's exact launch and env file")] = False,
+    db: DbOption = None,
 ) -> None:
     """Check an experiment file and print its plan; exit 1 with one line per problem."""
     import shlex
 
-    from specwatch.plan import PLAN_POWER, plan, rank_launches, rounds_plan
+    from specwatch.plan import PLAN_POWER, plan, planned_facts, rank_launches, rounds_plan
 
     spec = _load(file)
     p = plan(spec)
@@ -101,7 +103,17 @@ def validate(
                   highlight=False)
     if launches:
         most = spec.design.max_rounds if spec.design.adaptive and spec.design.max_rounds else spec.design.rounds
-        for need in rounds_plan(spec, p):
+        from specwatch.store.priors import PriorError, priors_for
+
+        facts, why = planned_facts(spec)
+        try:
+            priors = priors_for(db or paths.default_db(), spec, facts) if facts is not None else {}
+        except PriorError as exc:
+            raise _fail(str(exc)) from None
+        if facts is None:
+            out.print(f"stored variance: none looked up ({why}; its digest and hash key the variance)",
+                      highlight=False)
+        for need in rounds_plan(spec, p, priors):
             out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
                       f"{PLAN_POWER:.0%} power after "
                       + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
@@ -295,7 +307,7 @@ def report(
     from specwatch.resolve import stored_spec
     from specwatch.store import db as database
     from specwatch.store.ingest import load
-    from specwatch.store.priors import RunFacts, priors_for
+    from specwatch.store.priors import run_priors
 
     path = _existing_db(db)
     con = database.connect(path, read_only=True)
@@ -307,7 +319,7 @@ def report(
         con.close()
     spec = stored_spec(result.experiment)
     # the variances stored for this run's key now (a calibration stored after the run is pooled in too)
-    assessment = assess(result, spec, priors_for(path, spec, RunFacts.of(result)))
+    assessment = assess(result, spec, run_priors(path, spec, result))
     rows = verdict_rows(result, spec, assessment)
     report_path = write_report(result, spec, assessment, rows, out_dir or paths.runs_dir() / run_id)
     out.print(_verdict_table(f"run {run_id}: {headline(result, assessment)}", rows))

@@ -31,7 +31,7 @@ from specwatch.resolve import resolve
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec, SweepSpec
 from specwatch.store.db import DatabaseError
-from specwatch.store.priors import PriorError, RunFacts, priors_for
+from specwatch.store.priors import PriorError, run_priors
 from specwatch.store.rundir import write_raw
 from tasks.arms import launch_arm
 from tasks.checkpoint import prepare_checkpoint
@@ -123,9 +123,8 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
         ingest_run(result, run_dir, db_path)
         single_boot = spec.design.rounds == 1 and not spec.design.adaptive
         result.quality = check_quality(db_path, run_id, baseline, spec.thresholds, regression_checks=single_boot)
-        # the variances the runner's looks read, so the verdict reads what the last look read
-        priors = priors_for(db_path, spec, RunFacts.of(result))
-        assessment = assess(result, spec, priors)  # the one verdict: the checks, the report and the outcome share it
+        # the one verdict (the checks, the report and the outcome share it), on the variances the looks read
+        assessment = assess(result, spec, run_priors(db_path, spec, result))
         result.quality += decision_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))

@@ -18,7 +18,7 @@ from specwatch.analysis.verdict import assess
 from specwatch.report.rows import verdict_rows
 from specwatch.resolve import load_spec, stored_spec
 from specwatch.spec import SpecError
-from specwatch.store.priors import RunFacts, priors_for
+from specwatch.store.priors import run_priors
 from specwatch.store.rundir import read_raw
 from tasks.quality import check_history
 from tasks.report import write_report
@@ -42,7 +42,7 @@ def _add_history_checks(outcome: RunOutcome, baseline: BaselinePolicy) -> list[s
     result.quality += records
     ingest_run(result, outcome.run_dir, outcome.db_path, tables=("runs", "quality_results"))
     # the report again, with the history checks: read back from the run dir, the run's verdict is decided anew
-    assessment = assess(result, spec, priors_for(outcome.db_path, spec, RunFacts.of(result)))
+    assessment = assess(result, spec, run_priors(outcome.db_path, spec, result))
     write_report(result, outcome.run_dir, spec, assessment, verdict_rows(result, spec, assessment))
     return [f"{q.arm} {q.cell}: {q.detail}" for q in records if not q.passed]
 

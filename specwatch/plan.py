@@ -12,12 +12,17 @@ from specwatch import ranks as rk
 from specwatch.analysis.rounds import round_order
 from specwatch.analysis.sequential import COMPOSITE, PriorVariance, rounds_needed
 from specwatch.analysis.verdict import declared_levels, sequential_design
+from specwatch.engine.checkpoint import cached_model_path, check_checkpoint
+from specwatch.engine.images import python_of
 from specwatch.engine.images.registry import backend_for
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import launcher_for
 from specwatch.engine.platforms import Platform, platform_of
+from specwatch.host import host_facts
+from specwatch.records import ImageRef
 from specwatch.redact import redact_argv, redact_env
-from specwatch.spec import ExperimentSpec
+from specwatch.spec import ExperimentSpec, ImageSpec
+from specwatch.store.priors import RunFacts
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,35 @@ def _default_sd(level: str, gpu: bool) -> tuple[float, str]:
     c = int(level.removeprefix("c=")) if level.startswith("c=") else 16
     floor, sd = next((f, v) for f, v in _GPU_SD if c >= f)
     return sd, f"default: H200 fit at c={floor} (benchmarks/README.md section 9)"
+
+
+def planned_facts(spec: ExperimentSpec) -> tuple[RunFacts | None, str]:
+    """What the run's variance key would be read from, as this host has it now: the baseline's image as
+    built before and the checkpoint as prepared before (nothing is built, pulled or converted here), or
+    (None, why) where one is not there yet: the image's digest and the model's hash are part of the key."""
+    refs: dict[str, ImageRef] = {}
+
+    def built(image: ImageSpec) -> ImageRef | None:
+        if image.name not in refs and (ref := backend_for(image).built(image)) is not None:
+            refs[image.name] = ref
+        return refs.get(image.name)
+
+    base = spec.image(spec.arm(spec.baseline).image)
+    if built(base) is None:
+        return None, f"image {base.name!r} is not built on this host yet"
+    python = None
+    if spec.model.path is None:  # as the run does: the first image with a python prepares the model
+        for image in spec.images:
+            if (ref := built(image)) is None:
+                return None, f"image {image.name!r} is not built on this host yet"
+            if (python := python_of(ref)) is not None:
+                break
+        else:  # an endpoint-only run serves the endpoint's own weights: no checkpoint in its key
+            return RunFacts(host_facts(), refs, None), ""
+    path = cached_model_path(spec.model, python)
+    if path is None:
+        return None, "the model is not prepared on this host yet"
+    return RunFacts(host_facts(), refs, check_checkpoint(path)), ""
 
 
 def rounds_plan(spec: ExperimentSpec, p: Plan, priors: Mapping[tuple[str, str], PriorVariance] | None = None

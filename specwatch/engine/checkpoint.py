@@ -27,7 +27,7 @@ from specwatch.engine.modelcache import (
     remove_stale_tmp,
 )
 from specwatch.engine.models.earlyexit import ensure_early_exit_draft
-from specwatch.engine.models.package import ensure_package_model
+from specwatch.engine.models.package import cached_package_model, ensure_package_model
 from specwatch.records import CheckpointFacts, ModelSource
 from specwatch.spec import GeneratedModel, ModelSpec
 
@@ -126,6 +126,19 @@ def resolve_model_path(model: ModelSpec, python: Path | PythonRunner | None,
                                     find_links)
     assert model.generate is not None  # ModelSpec guarantees exactly one source
     return ensure_generated_model(model.generate, python)
+
+
+def cached_model_path(model: ModelSpec, python: PythonRunner | None) -> Path | None:
+    """The checkpoint dir resolve_model_path would return, where it exists already: nothing is generated,
+    fetched or converted (None: not yet, or a packaged model without an image python to key it by)."""
+    if model.path is not None:
+        path = model.path.expanduser()
+        return path if path.is_dir() else None
+    if model.generate is not None:
+        target = generated_model_dir(model.generate)
+        return target if (target / MODEL_MARKER).is_file() else None
+    assert model.requirement is not None  # ModelSpec guarantees exactly one source
+    return None if python is None else cached_package_model(model.requirement, python)
 
 
 # --------------------------------------------------------------------------- facts

@@ -34,7 +34,7 @@ from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, 
 from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, ModelSpec, SweepSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.ingest import ingest
-from specwatch.store.priors import PriorError, RunFacts, priors_for
+from specwatch.store.priors import PriorError, RunFacts, priors_for, recorded
 from specwatch.store.rundir import read_raw, resume_conflicts, write_raw
 
 UNFINISHED = "unfinished: the flow stopped during this launch"
@@ -142,6 +142,7 @@ def _measure(spec: ExperimentSpec, result: RunResult, run_dir: Path, db_path: Pa
     result.checkpoint = facts
     # Before the first launch: a variance_from that names another key's calibration stops the run here.
     priors = priors_for(db_path, spec, RunFacts(result.provenance.host, refs, facts))
+    result.variance_priors = recorded(priors)  # what the looks read, kept for every later judgement of the run
     model_dir = facts.path if facts else Path(spec.served_name)
     rounds = _Rounds(spec, result, run_dir, refs, image_errors, model_dir, facts, hooks, sweep)
     names = [a.name for a in spec.arms]

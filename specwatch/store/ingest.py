@@ -60,6 +60,8 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
         "sampling": json.dumps(result.experiment.get("sampling")),
         "checkpoint": ckpt.model_dump_json() if ckpt else None,
         "host": prov.host.model_dump_json(),
+        "variance_priors": None if result.variance_priors is None else json.dumps(
+            [p.model_dump() for p in result.variance_priors]),
         "exit_code": result.exit_code(),
         "partial": result.partial,
         "interrupted": result.interrupted,
@@ -223,6 +225,7 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
     return RunResult(
         run_id=run_id, flow_run_id=run["flow_run_id"], experiment_name=run["experiment_name"],
         experiment=json.loads(run["experiment"]), checkpoint=checkpoint, arms=arms, quality=quality,
+        variance_priors=None if run.get("variance_priors") is None else json.loads(run["variance_priors"]),
         provenance=Provenance(specwatch_version=run["specwatch_version"], host=host,
                               experiment_file=run["experiment_file"], experiment_sha256=run["experiment_sha256"]),
         started_at=run["started_at"], ended_at=run["ended_at"], interrupted=run.get("interrupted"),

@@ -30,7 +30,7 @@ from specwatch.analysis.verdict import declared_levels
 from specwatch.bench.runner import cell_keys
 from specwatch.calibrate import slots
 from specwatch.engine.platforms import platform_of
-from specwatch.records import CheckpointFacts, HostFacts, ImageRef, RunResult
+from specwatch.records import CheckpointFacts, HostFacts, ImageRef, RecordedPrior, RunResult
 from specwatch.spec import ExperimentSpec
 from specwatch.store import db
 from specwatch.store.prior_file import SHIPPED, PriorFile, read_prior_file, shipped
@@ -218,3 +218,17 @@ def _check_named(con: duckdb.DuckDBPyConnection, run_id: str, key: VarianceKey, 
                          f"{'; '.join(differ)}; fix: calibrate with this run's platform, hardware, image and model "
                          "(`specwatch calibrate FILE --arm BASELINE` on this kind of host) and name that run, or "
                          "remove design.variance_from")
+
+
+def recorded(priors: Mapping[tuple[str, str], PriorVariance]) -> list[RecordedPrior]:
+    """`priors_for`'s answer as the run keeps it (RunResult.variance_priors)."""
+    return [RecordedPrior(cell=cell, metric=metric, sd=p.sd, df=p.df, source=p.source)
+            for (cell, metric), p in sorted(priors.items())]
+
+
+def run_priors(db_path: Path, spec: ExperimentSpec, result: RunResult) -> dict[tuple[str, str], PriorVariance]:
+    """The stored variances a run's looks read: those it recorded before its first launch; for a run
+    recorded before runs kept them, the ones stored now."""
+    if result.variance_priors is None:
+        return priors_for(db_path, spec, RunFacts.of(result))
+    return {(p.cell, p.metric): PriorVariance(p.sd, p.df, p.source) for p in result.variance_priors}

@@ -42,6 +42,19 @@ class ImageBackend(Protocol):
 
     def ensure(self, spec: ImageSpec) -> ImageRef: ...
 
+    def built(self, spec: ImageSpec) -> ImageRef | None:
+        """The image as it stands on this host, with nothing built, installed or pulled (None: not there
+        yet). A plan reads the stored variances keyed by its digest before any run builds it."""
+
+
+def probed(backend: ImageBackend, spec: ImageSpec) -> ImageRef | None:
+    """`built` of a backend that builds nothing: its `ensure` only asks the environment or the server
+    what it runs, so the image is there when that answers."""
+    try:
+        return backend.ensure(spec)
+    except ImageError:
+        return None
+
 
 def installs_nothing(spec: ImageSpec) -> str | None:
     """A backend that installs nothing has no use for a wheelhouse: better refused than ignored."""

