@@ -2,11 +2,14 @@
 
 1. Fits the paired per-round sd of log(candidate / baseline) per cell from measured runs: the shared
    H200 real-model run (k7 vs k5, 3 rounds, 6 cells) and the stored H200 demo-model run (k7 and the
-   0.25.0 image vs k5). A round's value is the log-ratio of the two arms' cell medians of decode
-   tok/s in that round (round i of each arm); its sd is pooled per concurrency level over prompt
-   classes and runs (pooled variance, weighted by df). The cells' common round-to-round movement is
-   fitted as one correlation that reproduces the sd of the shared run's composite (the per-round
-   mean over its cells).
+   0.25.0 image vs k5); and on the 2-core CPU host, the real-model runs with common prompts over
+   rounds (benchmarks/results/cpu-realmodel-2026-12-03: two A/As of the demo's baseline, 4 and 8
+   rounds, and the demo's nospec-vs-k5 A/B twice, 4 and 3 rounds). A round's value is the log-ratio
+   of the two arms' cell medians of decode tok/s in that round (round i of each arm); its sd is
+   pooled (variance weighted by df) per concurrency level over prompt classes and runs on the H200,
+   per cell on the CPU. The cells' common round-to-round movement is fitted as one correlation that
+   reproduces the sd of a composite (the per-round mean over the cells): the shared run's on the
+   H200, the 8-round A/A's on the CPU.
 2. Simulates runs of the decision rule for true effects 0, +-2.5%, +-5%, +-10%, +-20% (band +-5%),
    at the fitted sd and at 2x, with the run's own variance, with a correct stored variance, and
    with a stored sd wrong by 2x either way (the variance off 4x), and prints each outcome's rate,
@@ -55,8 +58,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_RUN = next((p for p in (ROOT.parent / "shared", ROOT.parent.parent / "shared") if p.is_dir()),
                   ROOT.parent / "shared") / "data/h200-smollm2-k7-vs-k5/results.json.gz"
 STORED_RUN = ROOT / "benchmarks/results/h200-2026-12-02/kimage-results.json.gz"
+# The CPU runs after common random numbers over rounds (issue 22 item 1), (dir, baseline arm)
+CPU_RUNS = tuple((ROOT / "benchmarks/results/cpu-realmodel-2026-12-03" / d / "results.json.gz", base) for d, base in (
+    ("aa-nospec-4rounds-crn", "nospec.a"), ("aa-nospec-8rounds-crn", "nospec.a"),
+    ("demo-fresh-clone-crn", "nospec"), ("demo-fresh-clone-prior", "nospec")))
 EFFECTS = (0.0, 0.025, -0.025, 0.05, -0.05, 0.10, -0.10, 0.20, -0.20)
-CPU_ARM_SD = 0.10  # per-arm launch sd on the CPU (measurement rule 7: boots swing 45-65 tok/s, ~55 +- 5.5)
 PRIOR_DF = 8  # an A/A of 9 rounds, or a few shorter ones pooled
 QUIET_SD = 0.02  # not measured yet: where the goal (+-10% called in 90%, median <= 3 rounds) comes within reach
 PLAN_SDS = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)
@@ -98,11 +104,10 @@ def paired_rounds(path: Path, baseline: str) -> dict[tuple[str, str], dict[int, 
     return out
 
 
-def fit(lines: list[str]) -> tuple[Noise, Noise]:
-    """(H200 six cells, H200 c=1 cells) noise fitted to the shared and stored runs."""
-    runs = {"shared k7/k5": paired_rounds(SHARED_RUN, "k5"), "stored k7,0.25/k5": paired_rounds(STORED_RUN, "k5")}
+def pooled(runs: dict[str, dict[tuple[str, str], dict[int, float]]], lines: list[str]
+           ) -> tuple[dict[str, float], dict[str, int]]:
+    """Per concurrency level, the df-weighted pooled sd of the runs' per-cell round values (each listed)."""
     by_level: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    lines.append("Per-cell paired sd of the round log-ratio (decode tok/s cell medians, round i of each arm):")
     for run, pairs in runs.items():
         for (arm, cell), rounds in sorted(pairs.items()):
             y = np.array(list(rounds.values()))
@@ -115,20 +120,56 @@ def fit(lines: list[str]) -> tuple[Noise, Noise]:
     level_df = {lvl: sum(d for _, d in v) for lvl, v in by_level.items()}
     lines.append("Pooled per concurrency level (variance weighted by df): "
                  + ", ".join(f"{lvl} {level_sd[lvl]:.3f} ({level_df[lvl]} df)" for lvl in sorted(level_sd)))
-    shared = runs["shared k7/k5"]
-    keys = sorted(shared)
-    comp = np.mean([[shared[k][r] for r in sorted(shared[k])] for k in keys], axis=0)
+    return level_sd, level_df
+
+
+def cross_cell_rho(pairs: dict[tuple[str, str], dict[int, float]], sds: tuple[float, ...]) -> tuple[float, float]:
+    """(composite sd, rho): the sd of the per-round mean over `pairs`' cells, and the one cross-cell
+    correlation that gives it at cell sds `sds`."""
+    keys = sorted(pairs)
+    rounds = sorted(set.intersection(*(set(pairs[k]) for k in keys)))
+    comp = np.mean([[pairs[k][r] for r in rounds] for k in keys], axis=0)
     comp_sd = float(np.std(comp, ddof=1))
-    sds = tuple(level_sd[k[1].split("/")[1]] for k in keys)
     s = np.asarray(sds)
     m = s.size
     # composite variance = ((1 - rho) sum s^2 + rho (sum s)^2) / m^2, solved for rho
-    rho = float(np.clip((comp_sd**2 * m * m - np.sum(s**2)) / (np.sum(s) ** 2 - np.sum(s**2)), 0, 1))
-    lines.append(f"Shared run composite (mean of its {m} cells per round): " + " ".join(f"{v:+.3f}" for v in comp)
-                 + f", sd {comp_sd:.3f} (2 df); fitted cross-cell correlation rho {rho:.2f}")
+    return comp_sd, float(np.clip((comp_sd**2 * m * m - np.sum(s**2)) / (np.sum(s) ** 2 - np.sum(s**2)), 0, 1))
+
+
+def fit(lines: list[str]) -> tuple[Noise, Noise]:
+    """(H200 six cells, H200 c=1 cells) noise fitted to the shared and stored runs."""
+    runs = {"shared k7/k5": paired_rounds(SHARED_RUN, "k5"), "stored k7,0.25/k5": paired_rounds(STORED_RUN, "k5")}
+    lines.append("Per-cell paired sd of the round log-ratio (decode tok/s cell medians, round i of each arm):")
+    level_sd, _ = pooled(runs, lines)
+    shared = runs["shared k7/k5"]
+    keys = sorted(shared)
+    sds = tuple(level_sd[k[1].split("/")[1]] for k in keys)
+    comp_sd, rho = cross_cell_rho(shared, sds)
+    lines.append(f"Shared run composite (mean of its {len(keys)} cells per round): sd {comp_sd:.3f} (2 df); fitted "
+                 f"cross-cell correlation rho {rho:.2f}")
     six = Noise("H200 real model, 6 cells c1/c16/c64 x code/prose", sds, rho)
     c1 = Noise("H200, the 2 c=1 cells", tuple(x for k, x in zip(keys, sds, strict=True) if "/c1/" in k[1]), rho)
     return six, c1
+
+
+def fit_cpu(lines: list[str]) -> Noise:
+    """The 2-core CPU host's noise with common prompts over rounds: per cell (c=1 code, c=1 prose), the
+    pooled sd over the A/As and the demo's A/B, and rho from the 8-round A/A's composite."""
+    runs = {path.parent.name: paired_rounds(path, base) for path, base in CPU_RUNS}
+    lines.append("\nCPU host, real model, common prompts over rounds (per cell, round i of each arm):")
+    by_cell: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for pairs in runs.values():
+        for (_, cell), rounds in pairs.items():
+            y = np.array(list(rounds.values()))
+            by_cell[cell].append((float(np.std(y, ddof=1)), y.size - 1))
+    pooled(runs, lines)
+    cells = sorted(by_cell)
+    sds = tuple(math.sqrt(sum(s * s * d for s, d in by_cell[c]) / sum(d for _, d in by_cell[c])) for c in cells)
+    comp_sd, rho = cross_cell_rho(runs["aa-nospec-8rounds-crn"], sds)
+    lines.append("Pooled per cell: " + ", ".join(f"{c} {s:.3f} ({sum(d for _, d in by_cell[c])} df)"
+                                                 for c, s in zip(cells, sds, strict=True))
+                 + f"; the 8-round A/A's composite sd {comp_sd:.3f} (7 df), fitted rho {rho:.2f}")
+    return Noise("CPU host, real model, 2 c=1 cells (measured, common prompts)", sds, rho)
 
 
 def simulate(noise: Noise, effect: float, design: SequentialDesign, runs: int, rng: np.random.Generator,
@@ -211,9 +252,7 @@ def main() -> None:
     t0 = time.perf_counter()
     lines: list[str] = []
     six, c1 = fit(lines)
-    cpu = Noise("CPU-like, 2 cells", (CPU_ARM_SD * math.sqrt(2),) * 2, six.rho)
-    lines.append(f"CPU-like: no per-launch CPU A/B is stored; per-arm launch sd {CPU_ARM_SD} (measurement rule 7, the "
-                 f"default of benchmarks/adaptive_stopping.py), paired sd {cpu.cell_sd[0]:.3f}, same rho")
+    cpu = fit_cpu(lines)
     quiet = Noise(f"quiet, 2 cells (paired sd {QUIET_SD}: what pairing and longer cells aim for)", (QUIET_SD,) * 2,
                   six.rho)
     for noise in (six, c1, cpu, quiet):

@@ -133,9 +133,10 @@ def rank_launches(spec: ExperimentSpec, platforms: dict[str, Platform], round_no
 # The paired per-round sd of the log-ratio where no stored variance exists: benchmarks/README.md section 9's
 # fit. GPU: the H200 runs pooled per concurrency (c=1 0.090, c=16 0.211, c=64 0.372); a level is given the
 # fit of the nearest fitted concurrency at or below it, rate cells the c=16 one (they are not fitted).
-# CPU: the "CPU-like" 0.141 (0.10 per arm per launch, measurement rule 7): no CPU A/B per launch is stored.
+# CPU: the composite of the 2-core host's real-model runs with common prompts over rounds (two A/As and the
+# demo's A/B; 0.047 code, 0.035 prose per cell): a host of other cores or another model may be noisier.
 _GPU_SD = ((64, 0.372), (16, 0.211), (1, 0.090))
-_CPU_SD = 0.141
+_CPU_SD = 0.030
 PLAN_POWER = 0.8
 
 
@@ -153,7 +154,7 @@ class RoundsNeeded:
 
 def _default_sd(level: str, gpu: bool) -> tuple[float, str]:
     if not gpu:
-        return _CPU_SD, "default: CPU-like 0.141 (benchmarks/README.md section 9)"
+        return _CPU_SD, "default: the 2-core CPU host's measured 0.030 (benchmarks/README.md section 9)"
     c = int(level.removeprefix("c=")) if level.startswith("c=") else 16
     floor, sd = next((f, v) for f, v in _GPU_SD if c >= f)
     return sd, f"default: H200 fit at c={floor} (benchmarks/README.md section 9)"
