@@ -14,6 +14,7 @@
 #   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 rounds
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
+#   abresume  run 6 (ab of 2026-12-02, 2 of its 3 rounds done) continued: k7#3 and k5#3 run
 #   peer  benchmarks/real_server.py --gpu: specwatch vs vllm bench serve on one server, ABBA, the same
 #         prompts (specwatch bench --dataset-out), then specwatch alone at c=256/512/1024 (client capacity)
 #   recheck  the peer at c=1 and c=64 only, 128 requests, order sw vb vbo vbo vb sw: specwatch against the
@@ -64,11 +65,17 @@ stage_ab() {
   flow ab "$file"
 }
 stage_kimage() { flow kimage examples/gpu-k-and-image.yaml; }
-stage_kresume() {  # the 2026-12-02 kimage run, continued: --resume keeps its 8 launches and runs k7#3
-  local id=20261202T013734Z-bda365
-  mkdir -p "$SPECWATCH_HOME/runs/$id"
-  gunzip -c benchmarks/results/h200-2026-12-02/kimage-results.json.gz > "$SPECWATCH_HOME/runs/$id/results.json"
-  flow kresume --resume "$id"
+resume() {  # resume NAME RUN_ID RESULTS_GZ: `specwatch run --resume` of a stored run's results.json
+  mkdir -p "$SPECWATCH_HOME/runs/$2"
+  gunzip -c "$3" > "$SPECWATCH_HOME/runs/$2/results.json"
+  flow "$1" --resume "$2"
+}
+# the 2026-12-02 kimage run, continued: --resume keeps its 8 launches and runs k7#3
+stage_kresume() { resume kresume 20261202T013734Z-bda365 benchmarks/results/h200-2026-12-02/kimage-results.json.gz; }
+# run 6 (real model, k5 vs k7), continued: its 4 launches kept, k7#3 (unfinished when the host went back) and
+# k5#3 run, and the look after round 3 decides (its spec's maximum)
+stage_abresume() {
+  resume abresume 20261202T230048Z-f1c0a4 benchmarks/results/h200-2026-12-02-realmodel/results.json.gz
 }
 stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
 peer() {  # peer NAME MODEL ARGS...: real_server.py on MODEL (a ModelSpec: generated, or converted, here if
