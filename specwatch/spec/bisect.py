@@ -63,17 +63,22 @@ class BisectSpec(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _arm_runs_every_image(cls, raw: Any) -> Any:
-        # The arm gets its name and image per step: one written in the file would be silently replaced. The
-        # values filled in here are accepted back (a spec passed on as a flow parameter is validated again).
-        if not isinstance(raw, dict) or not isinstance(raw.get("arm"), dict):
+    def _filled(cls, raw: Any) -> Any:
+        """The arm's name and image come per step, the workload's cells from `cells`: one written in the file
+        would be silently replaced, so it is refused. The values filled in here are accepted back (a spec
+        passed on as a flow parameter is validated again)."""
+        if not isinstance(raw, dict):
             return raw
-        filled = {"name": "arm", "image": _first_image(raw)}
-        for key, value in filled.items():
-            if key in raw["arm"] and raw["arm"][key] != value:
-                raise ValueError(f"arm.{key}: a bisect runs its one arm on every image in turn; fix: remove "
-                                 f"arm.{key}")
-        return {**raw, "arm": {**raw["arm"], **filled}}
+        out = dict(raw)
+        if isinstance(raw.get("arm"), dict):
+            out["arm"] = _fill("arm", raw["arm"], {"name": "arm", "image": _first_image(raw)},
+                               "a bisect runs its one arm on every image in turn")
+        cells = raw.get("cells")
+        if isinstance(cells, list) and cells and all(isinstance(c, str) and CELL.match(c) for c in cells):
+            out["workload"] = _fill("workload", raw.get("workload") or {},
+                                    {"concurrency": cell_levels(cells), "prompt_classes": cell_classes(cells)},
+                                    "the bisect's cells say which cells run")
+        return out
 
     @field_validator("images")
     @classmethod
@@ -134,6 +139,15 @@ class BisectSpec(Strict):
             raise ValueError(f"max_steps={self.max_steps}: the endpoints, one step and one verification take "
                              f"{MIN_IMAGES} A/Bs; fix: set max_steps >= {MIN_IMAGES}, or leave it out")
         return self
+
+
+def _fill(section: str, given: Any, filled: dict[str, Any], why: str) -> Any:
+    if not isinstance(given, dict):
+        return given  # not a mapping: validation names it
+    for key, value in filled.items():
+        if key in given and given[key] != value:
+            raise ValueError(f"{section}.{key}: {why}; fix: remove {section}.{key}")
+    return {**given, **filled}
 
 
 def _first_image(raw: dict[str, Any]) -> str:

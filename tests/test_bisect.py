@@ -1,0 +1,139 @@
+"""The bisect flow end to end on a real Prefect API, over already-running fake servers (endpoint images),
+each with a planted speed: `fast` (steps of 10 ms), `slow` (twice as long), `quick` (half as long). A
+step between two speeds is +-50-100%, far outside the seeded noise of a fake server (acceptance drawn per
+prompt, the same on every server: common random numbers). `dead` never gets ready: every launch of it
+fails its readiness wait, as a server that does not boot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specwatch.engine.ready import wait_healthy
+from specwatch.spec import BisectSpec
+from specwatch_testing.experiments import LOOSE_CLIENT_GATES
+from specwatch_testing.records import query as q
+from specwatch_testing.server import run_fake_vllm
+
+SPEED = {"fast": [], "slow": ["--slowdown", "2"], "quick": ["--slowdown", "0.5"], "dead": ["--boot-delay-s", "3600"]}
+SERVERS = {"fast": 3, "slow": 2, "quick": 2, "dead": 1}
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, list[str]]]:
+    """Each planted speed served by distinct processes: images of one bisect must be distinct builds."""
+    spec = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+    base = ["--served-model-name", "demo", "--spec-config", spec, "--accept-probs", "0.99,0.98,0.97",
+            "--step-ms", "10"]
+    with ExitStack() as stack:
+        urls = {kind: [stack.enter_context(run_fake_vllm(base + SPEED[kind], wait_healthy_s=None))
+                       for _ in range(count)] for kind, count in SERVERS.items()}
+        for url in (u for kind, found in urls.items() if kind != "dead" for u in found):
+            wait_healthy(f"{url}/health", 30, lambda: None, poll_s=0.05)
+        yield urls
+
+
+def bisect_doc(urls: list[str], **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "fake-bisect",
+        "model": {"generate": {}, "served_name": "demo"},
+        "images": [{"name": f"v{i}", "backend": "endpoint", "url": url, "version": f"1.{i}.0"}
+                   for i, url in enumerate(urls)],
+        "arm": {"speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 1},
+        "metric": "decode_tok_s",
+        "cells": ["c=1 code"],
+        "error": 0.3,  # a per-step alpha the 3-round A/Bs of a few requests can decide at
+        "changelog": "https://example.invalid/releases/{version}",
+        "design": {"rounds": 3, "probes": 0},
+        "workload": {"prompt_tokens": 32, "max_tokens": 32, "requests_per_cell": 3, "warmup_requests": 1},
+        "thresholds": LOOSE_CLIENT_GATES,
+        **extra,
+    }
+
+
+def pick(servers: dict[str, list[str]], *kinds: str) -> list[str]:
+    """Servers for the images in order: the n-th `fast` in the list gets the n-th fast server."""
+    used: dict[str, int] = {}
+    out = []
+    for kind in kinds:
+        out.append(servers[kind][used.get(kind, 0)])
+        used[kind] = used.get(kind, 0) + 1
+    return out
+
+
+def run(doc: dict[str, Any], db: Path):
+    from flows.bisect import bisect
+
+    return bisect(BisectSpec.model_validate(doc), db=str(db))
+
+
+def steps(outcome) -> list[tuple[str, str, str, str]]:
+    return [(s.kind, s.older, s.newer, s.outcome) for s in outcome.record.steps]
+
+
+def test_a_culprit_in_the_middle_is_found_verified_reported_and_stored(prefect_api: None, servers,
+                                                                      tmp_path: Path) -> None:
+    db = tmp_path / "h.duckdb"
+    outcome = run(bisect_doc(pick(servers, "fast", "fast", "fast", "slow", "slow")), db)
+    assert outcome.exit_code == 0, outcome
+    assert outcome.record.headline == "culprit: regression at v3 (against v2)"
+    assert steps(outcome) == [("endpoints", "v0", "v4", "REVERT"), ("step", "v0", "v2", "NO CHANGE"),
+                              ("step", "v2", "v3", "REVERT"), ("step", "v3", "v4", "NO CHANGE"),
+                              ("verify", "v2", "v3", "REVERT")]
+    verify = outcome.record.steps[-1]
+    assert verify.high is not None and -0.6 < verify.low < verify.high < -0.3  # 1/2 - 1 = -50%
+    assert outcome.record.launches == 5 * 6
+    report = outcome.report.read_text()
+    assert "https://example.invalid/releases/1.3.0" in report and "| 5 | verify | 1.2.0 | 1.3.0 | REVERT |" in report
+    assert "at most 30%" in report
+    rows = q(db, "select name, headline, culprits, launches from bisects")
+    assert rows == [("fake-bisect", outcome.record.headline, "regression at v3 (against v2)", 30)]
+    assert q(db, "select count(*) from bisect_results where call = 'regression'") == [(3,)]
+    # every step's A/B is a stored run of its own
+    assert q(db, "select count(distinct run_id) from runs") == [(5,)]
+
+
+@pytest.mark.parametrize(("kinds", "culprit"), [(("fast", "slow", "slow"), "regression at v1 (against v0)"),
+                                                (("slow", "slow", "fast"), "gain at v2 (against v1)")])
+def test_a_culprit_at_either_end(prefect_api: None, servers, tmp_path: Path, kinds: tuple[str, ...],
+                                 culprit: str) -> None:
+    outcome = run(bisect_doc(pick(servers, *kinds)), tmp_path / "h.duckdb")
+    assert outcome.record.headline == f"culprit: {culprit}", steps(outcome)
+
+
+def test_a_gain_and_a_later_regression_are_reported_as_two_changes(prefect_api: None, servers,
+                                                                    tmp_path: Path) -> None:
+    outcome = run(bisect_doc(pick(servers, "fast", "quick", "quick", "slow"), max_steps=7), tmp_path / "h.duckdb")
+    assert outcome.record.headline == ("several changes, no single culprit: gain at v1 (against v0), regression at "
+                                       "v3 (against v2)"), steps(outcome)
+    assert outcome.exit_code == 0
+
+
+def test_an_image_that_does_not_boot_is_skipped_and_listed(prefect_api: None, servers, tmp_path: Path) -> None:
+    outcome = run(bisect_doc(pick(servers, "fast", "dead", "slow")), tmp_path / "h.duckdb")
+    record = outcome.record
+    assert record.skipped == ["v1"]
+    assert [s.outcome for s in record.steps] == ["REVERT", "FAILED", "REVERT"]
+    assert record.steps[1].failed_images == ["v1"] and "not ready" in record.steps[1].reason
+    assert record.headline == "culprit: regression at v2 or skipped v1 (against v0)"
+    assert "skipped (did not build or boot)" in outcome.report.read_text()
+
+
+def test_endpoints_not_decided_apart_end_the_bisect_with_one_line(prefect_api: None, servers, tmp_path: Path,
+                                                                   ) -> None:
+    outcome = run(bisect_doc(pick(servers, "fast", "slow", "fast")), tmp_path / "h.duckdb")
+    assert outcome.exit_code == 1 and outcome.record.status == "stopped"
+    assert outcome.record.headline == "the endpoints are not decided apart (flat): there is no change to bisect"
+    assert len(outcome.record.steps) == 1
+
+
+def write(tmp: Path, doc: dict[str, Any]) -> Path:
+    path = tmp / "bisect.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
