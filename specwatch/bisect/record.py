@@ -99,10 +99,10 @@ def step_record(record: BisectRecord, pair: Pair, spec: ExperimentSpec, result: 
               "older_version": record.versions[pair.older], "newer_version": record.versions[pair.newer],
               "run_id": result.run_id, "launches": len(result.arms),
               "wall_s": (ended - result.started_at).total_seconds()}
-    arms = decisions(result, spec, priors)
+    # an image none of whose launches came up (build or boot failed) is skipped, whatever the other one did
+    failed = [name for name in (older, newer) if not any(a.image == name and a.status == "ok" for a in result.arms)]
+    arms = [] if failed else decisions(result, spec, priors)
     if not arms:
-        failed = [name for name in (older, newer)
-                  if not any(a.image == name and a.status == "ok" for a in result.arms)]
         reason = next((f"{a.image}: {a.reason}" for a in result.arms if a.status != "ok" and a.reason),
                       "no cell was judged (rejected cells: see the step's report)")
         return StepRecord(**common, outcome="FAILED", call="failed", reason=reason, failed_images=failed)

@@ -36,7 +36,7 @@ def resolve_bisect(spec: BisectSpec, source: str | None = None) -> BisectSpec:
     for i, cell in enumerate(spec.cells):
         m = CELL.match(cell)
         if m and m.group(2) not in SOURCES:
-            problems.append(problem_line(("cells", i), {}, f"prompt class {m.group(2)!r} is not one of "
+            problems.append(problem_line(("cells", i), {"cells": spec.cells}, f"prompt class {m.group(2)!r} is not one of "
                                          f"{', '.join(sorted(SOURCES))}; fix: use one of those"))
     if problems:
         raise SpecError(source or spec.name, problems)
