@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from typer.testing import CliRunner
 
 from cli.app import app

@@ -36,8 +36,8 @@ def resolve_bisect(spec: BisectSpec, source: str | None = None) -> BisectSpec:
     for i, cell in enumerate(spec.cells):
         m = CELL.match(cell)
         if m and m.group(2) not in SOURCES:
-            problems.append(problem_line(("cells", i), {"cells": spec.cells}, f"prompt class {m.group(2)!r} is not one of "
-                                         f"{', '.join(sorted(SOURCES))}; fix: use one of those"))
+            problems.append(problem_line(("cells", i), {"cells": spec.cells}, f"prompt class {m.group(2)!r} is not "
+                                         f"one of {', '.join(sorted(SOURCES))}; fix: use one of those"))
     if problems:
         raise SpecError(source or spec.name, problems)
     resolve(_experiment(spec, spec.images, ""), source=source or spec.name)
@@ -62,7 +62,8 @@ def _experiment(spec: BisectSpec, images: list[ImageSpec], tag: str) -> Experime
         "description": spec.description, "model": spec.model.model_dump(),
         "hosts": [h.model_dump() for h in spec.hosts],
         "images": [i.model_dump() for i in images], "arms": arms, "baseline": images[0].name,
-        "workload": spec.workload.model_dump(), "sampling": spec.sampling.model_dump(), "thresholds": spec.thresholds.model_dump(),
+        "workload": spec.workload.model_dump(), "sampling": spec.sampling.model_dump(),
+        "thresholds": spec.thresholds.model_dump(),
         "design": design, "verdict": {"metrics": [spec.metric]},
     }
     # Through model_validate, not model_copy: the step must pass the experiment's own checks.

@@ -32,5 +32,6 @@ __all__ = [
     "DesignSpec",
     "ExperimentSpec", "GeneratedModel", "HostSpec", "ImageSpec", "ModelSpec", "RampUpSpec", "RankSpec",
     "SamplingSpec", "SloSpec", "SpecError", "SpeculativeSpec", "SshSpec", "SweepSpec", "Thresholds", "VerdictSpec",
-    "WorkloadSpec", "corpus_name", "format_validation_error", "parse_bisect", "parse_spec", "parse_stored", "problem_line",
+    "WorkloadSpec", "corpus_name", "format_validation_error", "parse_bisect", "parse_spec", "parse_stored",
+    "problem_line",
 ]
