@@ -172,3 +172,45 @@ def test_bad_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, change
     problems = [ln.strip() for ln in res.stderr.splitlines()[1:]]
     assert len(problems) == 1 and line in problems[0], res.stderr
     assert "Traceback" not in res.output + res.stderr
+
+
+REPO = Path(__file__).resolve().parents[1]
+BETWEEN = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"]
+
+
+def test_the_nightly_revert_starts_a_bisect_over_its_two_images_and_the_versions_between(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.regression import start_bisect
+    from specwatch.spec import parse_spec
+
+    started: list[tuple[str, dict[str, Any]]] = []
+
+    class Run:
+        id = "flow-run-1"
+
+    def run_deployment(name: str, parameters: dict[str, Any], timeout: int) -> Run:
+        started.append((name, parameters))
+        return Run()
+
+    monkeypatch.setattr("prefect.deployments.run_deployment", run_deployment)
+    nightly = parse_spec(REPO / "examples/cpu-image-smollm2.yaml")
+    line = start_bisect(nightly, BETWEEN, "specwatch-bisect/bisect-on-demand", None, "gpu-a")
+    assert line == "bisect cpu-0.27 .. cpu-0.32 started as flow run flow-run-1"
+    ((name, params),) = started
+    follow = BisectSpec.model_validate(params["spec"])  # what the deployment's flow will validate again
+    assert name == "specwatch-bisect/bisect-on-demand" and params["cluster"] == "gpu-a"
+    assert [i.version for i in follow.images] == ["0.27.0", *BETWEEN, "0.32.0"]
+    assert follow.cells == ["c=1 code", "c=1 prose"] and follow.metric == "decode_tok_s"
+    assert follow.arm.speculative is not None and follow.arm.speculative.k == 5
+    # an A/B of one image (k against k) has nothing to bisect: one line, nothing started
+    assert start_bisect(parse_spec(REPO / "examples/cpu-ngram.yaml"), BETWEEN, "d", None, "local").startswith(
+        "no bisect: experiment cpu-ngram-k5-vs-nospec: a bisect follows an A/B of one image against another")
+    assert len(started) == 1
+
+
+def test_the_example_bisect_file_is_valid() -> None:
+    from specwatch.bisect.steps import resolve_bisect
+    from specwatch.spec import parse_bisect
+
+    spec = resolve_bisect(parse_bisect(REPO / "examples/bisect-vllm-cpu.yaml"))
+    assert [i.version for i in spec.images] == ["0.27.0", *BETWEEN, "0.32.0"]

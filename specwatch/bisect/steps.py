@@ -44,6 +44,38 @@ def resolve_bisect(spec: BisectSpec, source: str | None = None) -> BisectSpec:
     return spec
 
 
+class FollowUpError(ValueError):
+    """An A/B that a bisect cannot follow (not one image against another); one line with its fix."""
+
+
+def bisect_after(spec: ExperimentSpec, versions: list[str]) -> BisectSpec:
+    """The bisect that follows an image-vs-image A/B (the nightly's REVERT): its baseline's image, `versions`
+    of the same build between (the deployment lists them: a GPU host has no package index), its candidate's
+    image; the baseline arm on every image; the lead metric on the A/B's closed-loop cells."""
+    base = spec.arm(spec.baseline)
+    others = [a for a in spec.arms if a.name != spec.baseline]
+    if len(others) != 1 or others[0].image == base.image:
+        raise FollowUpError(f"experiment {spec.name}: a bisect follows an A/B of one image against another; fix: "
+                            "give the nightly two arms on two images")
+    older, newer = spec.image(base.image), spec.image(others[0].image)
+    between = [_at_version(older, v) for v in versions]
+    cells = [f"c={c} {p}" for c in spec.workload.concurrency for p in spec.workload.prompt_classes]
+    workload = spec.workload.model_dump(exclude={"concurrency", "prompt_classes"})
+    return BisectSpec.model_validate({
+        "name": f"{spec.name}.bisect", "description": f"after {spec.name}: {older.name} .. {newer.name}",
+        "model": spec.model.model_dump(), "images": [i.model_dump() for i in (older, *between, newer)],
+        "arm": base.model_dump(exclude={"name", "image"}), "metric": spec.verdict.metrics[0], "cells": cells,
+        "hosts": [h.model_dump() for h in spec.hosts], "workload": workload, "sampling": spec.sampling.model_dump(),
+        "thresholds": spec.thresholds.model_dump(), "design": spec.design.model_dump(exclude={"varies"})})
+
+
+def _at_version(image: ImageSpec, version: str) -> ImageSpec:
+    """The same build at another version: a package version, or a docker reference's tag."""
+    ref = f"{image.ref.rsplit(':', 1)[0]}:{version}" if image.ref else None
+    return image.model_copy(update={"name": f"{image.package}-{version}", "version": version if not ref else
+                                    image.version, "ref": ref})
+
+
 def version_of(image: ImageSpec) -> str:
     """How a report names an image's version: its package version or tag, else the image's name."""
     return image_version(image) or image.name
