@@ -61,10 +61,15 @@ def _load(file: Path) -> ExperimentSpec:
     try:
         return load_spec(file)
     except SpecError as exc:
-        err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
-        for line in exc.problems:
-            err.print(f"  {line}", highlight=False, markup=False)
-        raise typer.Exit(1) from None
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: SpecError) -> typer.Exit:
+    """A file that cannot run: one line per problem, exit 1."""
+    err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
+    for line in exc.problems:
+        err.print(f"  {line}", highlight=False, markup=False)
+    return typer.Exit(1)
 
 
 @app.command()
@@ -259,10 +264,7 @@ def bisect_command(
     try:
         spec = resolve_bisect(parse_bisect(file), source=str(file))
     except SpecError as exc:
-        err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
-        for line in exc.problems:
-            err.print(f"  {line}", highlight=False, markup=False)
-        raise typer.Exit(1) from None
+        raise _invalid(exc) from None
     from flows.bisect import bisect  # imports prefect: only after its environment is set
 
     try:

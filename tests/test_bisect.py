@@ -164,7 +164,7 @@ GOOD = bisect_doc(["http://127.0.0.1:9/a", "http://127.0.0.1:9/b", "http://127.0
     ({"cells": ["c=1 code", "c=1 prose", "c=2 code"]}, "'c=2 prose' is missing; fix: add it, or bisect twice"),
     ({"arm": {**GOOD["arm"], "image": "v2"}}, "arm.image: a bisect runs its one arm on every image in turn; fix: "
                                               "remove arm.image"),
-    ({"error": 0.7}, "error: 0.7 is outside (0, 0.5)"),
+    ({"error": 0.7}, "error: Input should be less than 0.5 (got 0.7); fix: use a smaller value"),
 ])
 def test_bad_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, change: dict[str, Any], line: str) -> None:
     res = CliRunner().invoke(app, ["bisect", str(write(tmp_path, {**GOOD, **change}))])

@@ -50,8 +50,9 @@ class BisectSpec(Strict):
     metric: str = Field(default="decode_tok_s", description="the one judged metric (specwatch.analysis.metrics)")
     cells: Annotated[list[str], Field(min_length=1)] = Field(
         description="the judged cells, as reports label them: `c=1 prose`; every concurrency x class listed")
-    error: float = Field(default=0.10, description="the bisect's family-wise rate of a wrong call, so of naming a "
-                                                  "wrong culprit; each step's alpha is derived from it")
+    error: Annotated[float, Field(gt=0, lt=0.5)] = Field(
+        default=0.10, description="the bisect's family-wise rate of a wrong call, so of naming a wrong culprit; "
+                                  "each step's alpha is derived from it")
     max_steps: PositiveInt | None = Field(default=None, description="the most A/Bs (endpoints, steps, "
                                           "verifications); default 2 + 2 * ceil(log2(images - 1))")
     changelog: str | None = Field(default=None, description="a URL with {version}, e.g. a release notes page")
@@ -117,13 +118,6 @@ class BisectSpec(Strict):
             raise ValueError(f"cells {cells} are not every concurrency with every prompt class (the workload runs "
                              f"them all), {missing[0]!r} is missing; fix: add it, or bisect twice")
         return cells
-
-    @field_validator("error")
-    @classmethod
-    def _error(cls, error: float) -> float:
-        if not 0 < error < 0.5:
-            raise ValueError(f"{error!r} is outside (0, 0.5); fix: a family-wise error rate, e.g. 0.10")
-        return error
 
     @field_validator("changelog")
     @classmethod
