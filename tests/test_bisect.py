@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -201,34 +202,74 @@ REPO = Path(__file__).resolve().parents[1]
 BETWEEN = ["0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"]
 
 
-def test_the_nightly_revert_starts_a_bisect_over_its_two_images_and_the_versions_between(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from flows.regression import start_bisect
+def shipped(name: str) -> dict[str, Any]:
+    """A deployment of deployments/prefect.yaml, as shipped."""
+    doc = yaml.safe_load((REPO / "deployments/prefect.yaml").read_text())
+    return next(d for d in doc["deployments"] if d["name"] == name)
+
+
+def test_the_nightly_revert_starts_a_flow_run_of_the_bisect_deployment_over_the_versions_between(
+        prefect_api: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follow-up on a real Prefect API: the regression flow, its A/B decided REVERT, creates a flow run of
+    `bisect-on-demand` (not run: no worker polls this API) with parameters that the deployment's schema
+    accepts and the bisect flow validates."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import PrefectHTTPStatusError
+    from prefect.utilities.asyncutils import run_coro_as_sync
+
+    from flows.ab import RunOutcome
+    from flows.bisect import bisect
+    from flows.regression import regression, start_bisect
     from specwatch.spec import parse_spec
 
-    started: list[tuple[str, dict[str, Any]]] = []
+    nightly, target = shipped("nightly-image"), shipped("bisect-on-demand")
+    # what the nightly's default bisect_deployment names is the shipped bisect deployment
+    assert target["entrypoint"] == "flows/bisect.py:bisect"
+    default = regression.parameters.properties["bisect_deployment"]["default"]
+    assert default == f"{bisect.name}/{target['name']}"
+    deployment_id = bisect.to_deployment(name=target["name"]).apply()  # enforces the parameter schema
 
-    class Run:
-        id = "flow-run-1"
+    # the nightly as shipped, its A/B decided REVERT (not measured: the stub is all of the nightly's A/B and
+    # history checks); what is real is the regression flow's branch and start_bisect against this API
+    params = nightly["parameters"]
+    monkeypatch.setattr("flows.regression.ab", lambda spec, **kw: RunOutcome(
+        run_id="nightly-1", run_dir=Path("unused"), db_path=Path("unused"), exit_code=3, headline="REVERT",
+        decision="REVERT"))
+    monkeypatch.setattr("flows.regression._add_history_checks", lambda outcome, baseline: [])
+    state = regression(experiment_file=str(REPO / params["experiment_file"]), cluster="gpu-a",
+                       bisect_versions=params["bisect_versions"], return_state=True)
+    assert state.name == "Regression", state
+    found = re.search(r"bisect cpu-0.27 .. cpu-0.32 started as flow run (\S+)$", state.message or "")
+    assert found, state.message
+    run_id = found.group(1)
 
-    def run_deployment(name: str, parameters: dict[str, Any], timeout: int) -> Run:
-        started.append((name, parameters))
-        return Run()
+    async def created() -> FlowRun:
+        async with get_client() as client:
+            return await client.read_flow_run(run_id)
 
-    monkeypatch.setattr("prefect.deployments.run_deployment", run_deployment)
-    nightly = parse_spec(REPO / "examples/cpu-image-smollm2.yaml")
-    line = start_bisect(nightly, BETWEEN, "specwatch-bisect/bisect-on-demand", None, "gpu-a")
-    assert line == "bisect cpu-0.27 .. cpu-0.32 started as flow run flow-run-1"
-    ((name, params),) = started
-    follow = BisectSpec.model_validate(params["spec"])  # what the deployment's flow will validate again
-    assert name == "specwatch-bisect/bisect-on-demand" and params["cluster"] == "gpu-a"
-    assert [i.version for i in follow.images] == ["0.27.0", *BETWEEN, "0.32.0"]
+    async def runs() -> list[FlowRun]:
+        async with get_client() as client:
+            return await client.read_flow_runs(deployment_filter=DeploymentFilter(id=DeploymentFilterId(
+                any_=[deployment_id])))
+
+    run = run_coro_as_sync(created())
+    assert run.deployment_id == deployment_id and run.state is not None and run.state.is_scheduled()
+    assert run.parameters["cluster"] == "gpu-a" and run.parameters["db"] is None
+    follow = BisectSpec.model_validate(run.parameters["spec"])  # what the deployment's flow will validate again
+    assert params["bisect_versions"] == BETWEEN and [i.version for i in follow.images] == ["0.27.0", *BETWEEN, "0.32.0"]
     assert follow.cells == ["c=1 code", "c=1 prose"] and follow.metric == "decode_tok_s"
     assert follow.arm.speculative is not None and follow.arm.speculative.k == 5
     # an A/B of one image (k against k) has nothing to bisect: one line, nothing started
-    assert start_bisect(parse_spec(REPO / "examples/cpu-ngram.yaml"), BETWEEN, "d", None, "local").startswith(
+    assert start_bisect(parse_spec(REPO / "examples/cpu-ngram.yaml"), BETWEEN, default, None, "local").startswith(
         "no bisect: experiment cpu-ngram-k5-vs-nospec: a bisect follows an A/B of one image against another")
-    assert len(started) == 1
+    assert [r.id for r in run_coro_as_sync(runs())] == [run.id]
+    # the schema is enforced: a follow-up the bisect flow would refuse is not even created
+    with pytest.raises(PrefectHTTPStatusError, match="Validation failed for field 'spec'"):
+        run_deployment(default, parameters={"spec": {"name": "no-images"}}, timeout=0)
+    assert [r.id for r in run_coro_as_sync(runs())] == [run.id]
 
 
 def test_the_example_bisect_file_is_valid() -> None:
