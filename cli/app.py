@@ -61,10 +61,15 @@ def _load(file: Path) -> ExperimentSpec:
     try:
         return load_spec(file)
     except SpecError as exc:
-        err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
-        for line in exc.problems:
-            err.print(f"  {line}", highlight=False, markup=False)
-        raise typer.Exit(1) from None
+        raise _invalid(exc) from None
+
+
+def _invalid(exc: SpecError) -> typer.Exit:
+    """A file that cannot run: one line per problem, exit 1."""
+    err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
+    for line in exc.problems:
+        err.print(f"  {line}", highlight=False, markup=False)
+    return typer.Exit(1)
 
 
 @app.command()
@@ -255,6 +260,52 @@ def sweep_command(
     out.print(f"report: {report}\ndatabase: {outcome.db_path}")
     if json_path:
         json_path.write_text(outcome.model_dump_json(indent=1))
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command("bisect")
+def bisect_command(
+    file: Annotated[Path, typer.Argument(help="bisect YAML: ordered images, one arm, a metric, named cells")],
+    db: DbOption = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="write the bisect's record as JSON")] = None,
+) -> None:
+    """Find which version changed a metric: endpoints, then midpoint A/Bs, each culprit verified afresh."""
+    from specwatch.bisect.steps import resolve_bisect
+    from specwatch.spec import parse_bisect
+
+    try:
+        spec = resolve_bisect(parse_bisect(file), source=str(file))
+    except SpecError as exc:
+        raise _invalid(exc) from None
+    from flows.bisect import bisect  # imports prefect: only after its environment is set
+
+    try:
+        outcome = bisect(spec, db=str(db) if db else None, bisect_file=str(file.resolve()))
+    except KeyboardInterrupt:
+        raise _fail("interrupted; servers stopped, the steps so far are stored (`specwatch sql --name "
+                    "past-bisects`)", 130) from None
+    record = outcome.record
+    if record is None:
+        raise _fail(outcome.error or "could not bisect", outcome.exit_code)
+    table = Table(title=f"bisect {record.bisect_id}: {record.headline}")
+    for col in ("#", "kind", "baseline", "candidate", "decision", "change", "interval", "rounds", "launches"):
+        table.add_column(col, overflow="fold")
+    for st in record.steps:
+        table.add_row(str(st.step), st.kind, st.older_version, st.newer_version, st.outcome,
+                      _num(None if st.estimate is None else st.estimate * 100, "+.1f", "%"),
+                      f"[{st.low:+.1%}, {st.high:+.1%}]" if st.low is not None and st.high is not None
+                      and math.isfinite(st.low) and math.isfinite(st.high) else "-", str(st.rounds), str(st.launches))
+    out.print(table)
+    for note in record.notes:
+        out.print(f"  {note}", highlight=False, markup=False)
+    if record.skipped:
+        out.print(f"skipped (did not build or boot): {', '.join(record.skipped)}", highlight=False)
+    out.print(f"errors: {record.error_statement}\n{len(record.steps)} A/B(s), {record.launches} launch(es), "
+              f"{record.wall_s / 60:.1f} min\nreport: {outcome.report}\ndatabase: {outcome.db_path}", highlight=False)
+    if json_path:
+        json_path.write_text(record.model_dump_json(indent=1))
+    if outcome.error or record.status == "stopped":
+        raise _fail(outcome.error or f"{file}: {record.headline}", outcome.exit_code)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -47,6 +47,7 @@ class RunOutcome(BaseModel):
     db_path: Path
     exit_code: int
     headline: str
+    decision: str | None = None  # PROMOTE, REVERT, NO CHANGE or INCONCLUSIVE; None: not decided (could not run)
     reasons: list[str] = []  # what the verdict table does not show (it holds the per-cell verdicts)
     rows: list[VerdictRow] = []
     error: str | None = None
@@ -137,4 +138,5 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     verdict = headline(result, assessment)
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=verdict, reasons=assessment.verdict.all_reasons, rows=rows)
+                      headline=verdict, decision=assessment.verdict.decision, reasons=assessment.verdict.all_reasons,
+                      rows=rows)

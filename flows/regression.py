@@ -11,13 +11,14 @@ from typing import Literal, cast
 
 from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from flows.ab import RunOutcome, ab
 from specwatch.analysis.verdict import assess
+from specwatch.bisect.steps import FollowUpError, bisect_after
 from specwatch.report.rows import verdict_rows
 from specwatch.resolve import load_spec, stored_spec
-from specwatch.spec import SpecError
+from specwatch.spec import ExperimentSpec, SpecError
 from specwatch.store.priors import run_priors
 from specwatch.store.rundir import read_raw
 from tasks.quality import check_history
@@ -61,6 +62,22 @@ def notify(block: str, message: str) -> None:
 DEFAULT_BASELINE = BaselinePolicy()  # frozen by Prefect into the parameter schema, never mutated
 
 
+def start_bisect(spec: ExperimentSpec, versions: list[str], deployment: str, db: str | None, cluster: str) -> str:
+    """The bisect of a REVERT as a follow-up flow run of its own deployment (not waited for: it runs for hours).
+    Its A/Bs take the cluster's lock like any run, so it waits while the host is busy."""
+    from prefect.client.schemas.objects import FlowRun
+    from prefect.deployments import run_deployment
+
+    try:
+        follow = bisect_after(spec, versions)
+    except (FollowUpError, ValidationError) as exc:
+        return f"no bisect: {' '.join(str(exc).split())}"
+    # a sync flow: run_deployment returns the flow run itself
+    run = cast(FlowRun, run_deployment(deployment, parameters={"spec": follow.model_dump(mode="json"), "db": db,
+                                                               "cluster": cluster}, timeout=0))
+    return f"bisect {follow.images[0].name} .. {follow.images[-1].name} started as flow run {run.id}"
+
+
 @flow(name="specwatch-regression", log_prints=True)
 def regression(
     experiment_file: str,
@@ -68,8 +85,13 @@ def regression(
     cluster: str = "local",
     db: str | None = None,
     notify_block: str | None = None,
+    bisect_versions: list[str] | None = None,
+    bisect_deployment: str = "specwatch-bisect/bisect-on-demand",
 ) -> State:
-    """Nightly: run the experiment, compare with history, fail with a Regression state when flagged."""
+    """Nightly: run the experiment, compare with history, fail with a Regression state when flagged.
+
+    `bisect_versions`: the versions between an image-vs-image experiment's two images, oldest first; when its
+    A/B is decided REVERT, the bisect over them starts as a follow-up run of `bisect_deployment`."""
     logger = get_run_logger()
     try:
         spec = load_spec(Path(experiment_file))
@@ -80,6 +102,8 @@ def regression(
         return Failed(message=outcome.error)
     history_failures = _add_history_checks(outcome, baseline)
     flagged = history_failures + ([outcome.headline] if outcome.exit_code == 3 else [])
+    if outcome.decision == "REVERT" and bisect_versions:
+        flagged.append(start_bisect(spec, bisect_versions, bisect_deployment, db, cluster))
     if not flagged:
         return Completed(message=f"run {outcome.run_id}: {outcome.headline}; no regression against history",
                          data=outcome)

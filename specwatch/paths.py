@@ -39,3 +39,7 @@ def default_db() -> Path:
 
 def prefect_home() -> Path:
     return Path(os.environ["PREFECT_HOME"]).expanduser() if os.environ.get("PREFECT_HOME") else home() / "prefect"
+
+
+def bisects_dir() -> Path:
+    return home() / "bisects"

@@ -7,6 +7,7 @@ so stages never re-check user input.
 """
 
 from specwatch.spec.arms import EARLY_EXIT, KNOWN_METHODS, LOCAL, ArmSpec, HostSpec, RankSpec, SpeculativeSpec, SshSpec
+from specwatch.spec.bisect import BisectSpec
 from specwatch.spec.design import DesignSpec
 from specwatch.spec.experiment import ExperimentSpec
 from specwatch.spec.images import ImageSpec
@@ -15,6 +16,7 @@ from specwatch.spec.load import (
     MAX_SPEC_VALUES,
     SpecError,
     format_validation_error,
+    parse_bisect,
     parse_spec,
     parse_stored,
     problem_line,
@@ -26,8 +28,10 @@ from specwatch.spec.workload import RampUpSpec, SamplingSpec, SloSpec, WorkloadS
 
 __all__ = [
     "EARLY_EXIT", "KNOWN_METHODS", "LOCAL", "MAX_GENERATED_PARAMS", "MAX_SPEC_BYTES", "MAX_SPEC_VALUES", "ArmSpec",
+    "BisectSpec",
     "DesignSpec",
     "ExperimentSpec", "GeneratedModel", "HostSpec", "ImageSpec", "ModelSpec", "RampUpSpec", "RankSpec",
     "SamplingSpec", "SloSpec", "SpecError", "SpeculativeSpec", "SshSpec", "SweepSpec", "Thresholds", "VerdictSpec",
-    "WorkloadSpec", "corpus_name", "format_validation_error", "parse_spec", "parse_stored", "problem_line",
+    "WorkloadSpec", "corpus_name", "format_validation_error", "parse_bisect", "parse_spec", "parse_stored",
+    "problem_line",
 ]

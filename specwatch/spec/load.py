@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
 
 from specwatch.spec.base import expand
+from specwatch.spec.bisect import BisectSpec
 from specwatch.spec.design import RENAMED
 from specwatch.spec.experiment import ExperimentSpec
 
@@ -188,9 +189,21 @@ def parse_spec(path: Path) -> ExperimentSpec:
 
     Parsing only: the names it holds are checked against the registries by specwatch.resolve.
     """
+    return _parse(path, ExperimentSpec, "name:, model:, images:, arms:, ...")
+
+
+def parse_bisect(path: Path) -> BisectSpec:
+    """Read and parse a bisect file (`specwatch bisect`), as an experiment file is read."""
+    return _parse(path, BisectSpec, "name:, model:, images:, arm:, cells:, ...")
+
+
+_File = TypeVar("_File", ExperimentSpec, BisectSpec)
+
+
+def _parse(path: Path, kind: type[_File], sections: str) -> _File:
     raw = _read_yaml(path)
     if not isinstance(raw, dict):
-        raise SpecError(str(path), ["the file must be a YAML mapping (name:, model:, images:, arms:, ...)"])
+        raise SpecError(str(path), [f"the file must be a YAML mapping ({sections})"])
     for section, key in (("model", "path"), ("workload", "corpus"), ("design", "variance_from")):
         node = raw.get(section)
         # a path that cannot be one (a NUL byte, ~nosuchuser) is left for validation to name; variance_from
@@ -201,7 +214,7 @@ def parse_spec(path: Path) -> ExperimentSpec:
                 p = expand(Path(node[key]))
                 node[key] = str(p if p.is_absolute() else (path.parent / p).resolve())
     try:
-        return ExperimentSpec.model_validate(raw)
+        return kind.model_validate(raw)
     except ValidationError as err:
         raise SpecError(str(path), format_validation_error(err, raw)) from None
 
