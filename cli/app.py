@@ -642,15 +642,21 @@ def serve_command(
     import time
 
     from cli.serve import ServeError, serve
+    from specwatch.engine import processes
 
+    # A service manager or container engine stops with SIGTERM: unwind as on Ctrl-C, so that the `with`
+    # below stops the server and the worker instead of leaving them to init.
+    processes.install_signal_handlers()
     try:
         stack = serve(port)
     except ServeError as exc:
         raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted while starting; everything started was stopped", 130) from None
     with stack:
         out.print(f"Prefect UI: {stack.api_url.removesuffix('/api')}  (API {stack.api_url})\n"
                   f"deployments applied from deployments/prefect.yaml; worker on pool specwatch-process\n"
-                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\nCtrl-C stops everything.")
+                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\nCtrl-C or SIGTERM stops everything.")
         try:
             while all(p.poll() is None for p in stack.procs):
                 time.sleep(1)
