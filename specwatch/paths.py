@@ -39,3 +39,12 @@ def default_db() -> Path:
 
 def prefect_home() -> Path:
     return Path(os.environ["PREFECT_HOME"]).expanduser() if os.environ.get("PREFECT_HOME") else home() / "prefect"
+
+
+DASHBOARD_PORT = 8600
+
+
+def dashboard_url() -> str:
+    """Where `specwatch dashboard` is reached, for the links a notification carries: SPECWATCH_DASHBOARD_URL
+    when the team serves it elsewhere."""
+    return os.environ.get("SPECWATCH_DASHBOARD_URL", f"http://127.0.0.1:{DASHBOARD_PORT}").rstrip("/")
