@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.alerts import app as alerts_app
+from cli.common import DbOption, err, out
+from cli.common import existing_db as _existing_db
+from cli.common import fail as _fail
 from flows import prefect_env
 from specwatch import paths
 from specwatch.resolve import load_spec, resolve, workload_problems
@@ -29,28 +32,14 @@ if TYPE_CHECKING:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
-# Piped output (CI logs, `tee`) would otherwise be cut to 80 columns and the verdict table squeezed.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
 
-DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default $SPECWATCH_HOME/specwatch.duckdb)")]
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code)
+app.add_typer(alerts_app, name="alerts")
 
 
 @app.callback()
 def _setup() -> None:
     # Every command may import prefect (tasks/, flows/): its settings must be in place first.
     prefect_env.configure()
-
-
-def _existing_db(db: Path | None) -> Path:
-    path = db or paths.default_db()
-    if not path.exists():
-        raise _fail(f"no database at {path}; run an experiment first or pass --db")
-    return path
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -656,7 +645,8 @@ def serve_command(
     with stack:
         out.print(f"Prefect UI: {stack.api_url.removesuffix('/api')}  (API {stack.api_url})\n"
                   f"deployments applied from deployments/prefect.yaml; worker on pool specwatch-process\n"
-                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\nCtrl-C or SIGTERM stops everything.")
+                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\n"
+                  "Ctrl-C or SIGTERM stops everything.")
         try:
             while all(p.poll() is None for p in stack.procs):
                 time.sleep(1)

@@ -18,7 +18,7 @@ import pytest
 from specwatch.alerts import outbox
 from specwatch.alerts.decided import Decided, DecidedCell, series_name
 from specwatch.alerts.opening import record
-from specwatch.alerts.states import AlertError
+from specwatch.alerts.states import AlertError, default_user
 from specwatch.alerts.triage import set_state
 from specwatch.engine.launchers import free_port
 from specwatch.store import db
@@ -205,3 +205,54 @@ def test_a_webhook_url_that_is_not_http_is_refused_without_showing_its_secret() 
     assert "SECRET" not in str(exc.value)
     with pytest.raises(AlertError, match=r"format 'xml' is not known; use one of slack, json"):
         outbox.url_target("https://hooks.example/x", "xml")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["ack", "999"], "error: alert id 999 does not exist; `specwatch alerts --all` lists the alerts"),
+    (["ack", "x1"], "error: alert id 'x1' is not a number"),
+    (["ack", "1", "--note", "n" * 2001], "error: note is 2,001 characters, over the cap of 2,000; shorten it"),
+    (["set", "1", "acked"], "error: state 'acked' is not a triage state; use one of untriaged, acknowledged, "
+                            "invalid, fixed, wontfix"),
+    (["deliver", "--url", "file:///etc/T0KEN-hook"], "error: webhook URL 'file:///***' is not http(s); give an http:// "
+                                                    "or https:// URL"),
+])
+def test_bad_alert_input_from_the_cli_is_one_line(tmp_path: Path, args: list[str], line: str) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    path = tmp_path / "h.duckdb"
+    con = db.connect(path)
+    try:
+        record(con, [decided(1, "REVERT")])
+    finally:
+        con.close()
+    res = CliRunner().invoke(app, ["alerts", *args, "--db", str(path)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    (shown,) = res.output.strip().splitlines()
+    assert shown.startswith(line), shown
+    assert "T0KEN" not in shown
+    assert records.query(path, "select state from alerts") == [("untriaged",)]
+
+
+def test_triage_from_the_cli_records_who_when_and_the_note(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    path = tmp_path / "h.duckdb"
+    con = db.connect(path)
+    try:
+        (a,) = record(con, [decided(1, "REVERT")])
+    finally:
+        con.close()
+    runner = CliRunner()
+    assert runner.invoke(app, ["alerts", "set", str(a.alert_id), "wontfix", "--note", "accepted cost",
+                               "--db", str(path)]).exit_code == 0
+    listed = runner.invoke(app, ["alerts", "--db", str(path)])
+    assert "0 alert(s)" in listed.output  # wontfix is closed
+    every = runner.invoke(app, ["alerts", "--all", "--db", str(path)])
+    assert "wontfix" in every.output and "1 alert(s)" in every.output
+    shown = runner.invoke(app, ["alerts", "show", str(a.alert_id), "--db", str(path)])
+    (event,) = [line for line in shown.output.splitlines() if "wontfix by" in line]
+    assert event.endswith(f"wontfix by {default_user()}: accepted cost")

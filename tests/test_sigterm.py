@@ -16,23 +16,17 @@ import pytest
 from specwatch.engine import processes
 from specwatch.engine.launchers import free_port
 from specwatch_testing.cli import SPECWATCH
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+from specwatch_testing.server import child_pids
 
 
 def descendants(pid: int) -> set[int]:
     """Every live process below `pid` in the process tree (children in sessions of their own included)."""
-    parents = {int(e): _parent(int(e)) for e in os.listdir("/proc") if e.isdigit()}
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = [pid]
     while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
+        children = [c for p in frontier for c in child_pids(p) if c not in found]
+        found.update(children)
+        frontier = children
     return found
 
 
