@@ -655,5 +655,35 @@ def serve_command(
             pass
 
 
+@app.command("dashboard")
+def dashboard_command(
+    db: DbOption = None,
+    port: Annotated[int, typer.Option(help="port to listen on")] = paths.DASHBOARD_PORT,
+    host: Annotated[str, typer.Option(help="address to listen on (0.0.0.0: every interface)")] = "127.0.0.1",
+) -> None:
+    """Browse the history: alerts with triage, trends per series, baseline vs candidate per run, reports."""
+    from specwatch.dashboard.server import Dashboard, make_server
+    from specwatch.engine import processes
+    from specwatch.store.db import DatabaseError
+
+    processes.install_signal_handlers()  # SIGTERM (a service manager) stops it as Ctrl-C does
+    dash = Dashboard(db or paths.default_db())
+    try:
+        dash.prepare()
+        server = make_server(dash, host, port)
+    except DatabaseError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); pick another port") from None
+    out.print(f"dashboard: http://{host}:{port}/  (database {dash.db_path})\nCtrl-C or SIGTERM stops it.",
+              highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 def main() -> None:
     app()

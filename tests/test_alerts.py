@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -16,29 +15,13 @@ import duckdb
 import pytest
 
 from specwatch.alerts import outbox
-from specwatch.alerts.decided import Decided, DecidedCell, series_name
 from specwatch.alerts.opening import record
 from specwatch.alerts.states import AlertError, default_user
 from specwatch.alerts.triage import set_state
 from specwatch.engine.launchers import free_port
 from specwatch.store import db
-from specwatch.store.ingest import ingest
 from specwatch_testing import records
-
-T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
-SERIES = series_name("nightly", "k5", "k3")
-
-
-def cells(outcome: str, est: float) -> tuple[DecidedCell, ...]:
-    return tuple(DecidedCell(f"closed/c{c}/{pc}/p128", f"c{c} {pc}", "decode_tok_s", outcome, 40.0, 40.0 * (1 + est),
-                             est, est - 0.03, est + 0.03) for c in (1, 4) for pc in ("code", "prose"))
-
-
-def decided(night: int, outcome: str, est: float = -0.12) -> Decided:
-    cell_outcome = {"REVERT": "regression", "PROMOTE": "gain"}.get(outcome, "flat")
-    return Decided(run_id=f"run-{night:02d}", series=SERIES, baseline_arm="k3", candidate_arm="k5",
-                   outcome=outcome, metric="decode_tok_s", estimate=est, low=est - 0.03, high=est + 0.03,  # type: ignore[arg-type]
-                   rounds=3, reason="planted", started_at=T0 + timedelta(days=night), cells=cells(cell_outcome, est))
+from specwatch_testing.alerts import decided, planted_history
 
 
 @pytest.fixture
@@ -131,14 +114,7 @@ def test_a_history_change_point_places_the_change_that_the_ab_confirms(tmp_path:
     """The candidate's history series drops at night 7; the A/B decides REVERT only from night 9 (a NO CHANGE
     on night 3): the alert's first-bad run is night 7's, from the change point."""
     path = tmp_path / "h.duckdb"
-    for night in range(12):
-        slow = 1.3 if night >= 7 else 1.0
-        jitter = 1 + 0.01 * (night % 3 - 1)
-        result = records.run(f"run-{night:02d}", [records.arm("k3", 3, 1.0 * jitter, [80.0, 60.0, 40.0]),
-                                                  records.arm("k5", 5, 0.9 * slow * jitter,
-                                                              [80.0, 60.0, 40.0, 20.0, 10.0])])
-        ingest(result.model_copy(update={"started_at": T0 + timedelta(days=night), "experiment_name": "nightly"}),
-               path)
+    planted_history(path)
     con = db.connect(path)
     try:
         record(con, [decided(3, "NO CHANGE", 0.0)])
