@@ -5,6 +5,7 @@ The current streak of same-direction decisions on the comparison series bounds i
 latest decided comparison that said otherwise. Inside that window, a change point in the candidate's history
 series (the catalogue's trend metrics, specwatch/analysis/changepoints.py) that moves the same way places the
 change earlier than the first decided A/B that caught it: the A/B confirms the change point.
+The history is read as series_points holds it (the median over an arm's rounds per run).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import duckdb
 from specwatch.alerts.decided import Decided, Direction
 from specwatch.analysis.changepoints import change_points
 from specwatch.analysis.metrics import METRICS
-from specwatch.store import db, history
+from specwatch.store import db
 
 
 @dataclass(frozen=True)
@@ -37,22 +38,19 @@ def _change_point_run(con: duckdb.DuckDBPyConnection, d: Decided, direction: Dir
                       since: datetime | None) -> tuple[str, datetime] | None:
     """The earliest change point of the candidate's history series, in this direction, inside the streak."""
     metric = METRICS[d.metric]
+    frame = db.query_df(con, db.load_sql("alerts/arm_history.sql"), {"run_id": d.run_id, "arm": d.candidate_arm})
+    if metric.column not in frame:  # a metric the history's points do not hold has no change points
+        return None
     found: list[tuple[datetime, str]] = []
-    keys = [k for (k,) in con.execute(db.load_sql("alerts/run_series.sql"),
-                                      {"run_id": d.run_id, "arm": d.candidate_arm}).fetchall()]
-    for key in keys:
-        frame = history.points(con, key)
-        if metric.column not in frame:  # not a trend metric: the history has no series of it
-            return None
-        g = frame[frame["arm"] == d.candidate_arm]
-        values = g[metric.column].astype(float).tolist()
+    for _, series in frame[frame["arm"] == d.candidate_arm].groupby("series_key", sort=False):
+        values = series[metric.column].astype(float).tolist()
         if any(v != v for v in values):  # a point without the metric: indices would not match the runs
             continue
         for cp in change_points(values):
-            started = g["started_at"].iloc[cp.index].to_pydatetime()
+            started = series["started_at"].iloc[cp.index].to_pydatetime()
             if _worse_or_better(direction, metric.higher_is_better, cp.before, cp.after) and \
                     (since is None or started > since) and started <= d.started_at:
-                found.append((started, str(g["run_id"].iloc[cp.index])))
+                found.append((started, str(series["run_id"].iloc[cp.index])))
     if not found:
         return None
     started, run_id = min(found)
