@@ -6,22 +6,21 @@ down."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from specwatch.alerts import outbox
-from specwatch.alerts.opening import record
+from specwatch.alerts.opening import AlertChange, record
 from specwatch.alerts.states import AlertError, default_user
 from specwatch.alerts.triage import set_state
 from specwatch.engine.launchers import free_port
 from specwatch.store import db
 from specwatch_testing import records
 from specwatch_testing.alerts import decided, planted_history
+from specwatch_testing.webhook import webhook_receiver
 
 
 @pytest.fixture
@@ -29,6 +28,18 @@ def con(tmp_path: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     c = db.connect(tmp_path / "h.duckdb")
     yield c
     c.close()
+
+
+@pytest.fixture
+def one_alert(tmp_path: Path) -> tuple[Path, AlertChange]:
+    """A database with one REVERT recorded: alert #1, untriaged, its notification pending."""
+    path = tmp_path / "h.duckdb"
+    c = db.connect(path)
+    try:
+        (opened,) = record(c, [decided(1, "REVERT")])
+    finally:
+        c.close()
+    return path, opened
 
 
 def rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
@@ -126,40 +137,18 @@ def test_a_history_change_point_places_the_change_that_the_ab_confirms(tmp_path:
         con.close()
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    got: list[dict] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        _Receiver.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-def test_a_target_that_is_down_leaves_notifications_pending_until_it_is_up(tmp_path: Path) -> None:
-    path = tmp_path / "h.duckdb"
-    con = db.connect(path)
-    try:
-        (a,) = record(con, [decided(1, "REVERT")])
-    finally:
-        con.close()
+def test_a_target_that_is_down_leaves_notifications_pending_until_it_is_up(one_alert) -> None:
+    path, a = one_alert
     port = free_port()
     url = f"http://127.0.0.1:{port}/services/T0/B0/SECRETTOKEN"
     down = outbox.deliver(path, outbox.url_target(url, "json"))
     assert (down.sent, down.failed) == (0, 1)
     assert "SECRETTOKEN" not in down.errors[0] and f"127.0.0.1:{port}" in down.errors[0]
-    receiver = HTTPServer(("127.0.0.1", port), _Receiver)
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    try:
+    with webhook_receiver(port) as receiver:
         up = outbox.deliver(path, outbox.url_target(url, "json"))
         again = outbox.deliver(path, outbox.url_target(url, "json"))
-    finally:
-        receiver.shutdown()
-        receiver.server_close()
     assert (up.sent, up.failed, again.sent) == (1, 0, 0)  # sent once, never again
-    (got,) = _Receiver.got
+    (got,) = receiver.received
     assert got["alert_id"] == a.alert_id and got["event"] == "opened" and got["summary"].startswith("REVERT")
     assert got["links"]["alert"].endswith(f"/alerts/{a.alert_id}")
     ((attempts, sent_to, error, stored),) = records.query(path, "select attempts, sent_to, last_error, "
@@ -192,17 +181,12 @@ def test_a_webhook_url_that_is_not_http_is_refused_without_showing_its_secret() 
     (["deliver", "--url", "file:///etc/T0KEN-hook"], "error: webhook URL 'file:///***' is not http(s); give an http:// "
                                                     "or https:// URL"),
 ])
-def test_bad_alert_input_from_the_cli_is_one_line(tmp_path: Path, args: list[str], line: str) -> None:
+def test_bad_alert_input_from_the_cli_is_one_line(one_alert, args: list[str], line: str) -> None:
     from typer.testing import CliRunner
 
     from cli.app import app
 
-    path = tmp_path / "h.duckdb"
-    con = db.connect(path)
-    try:
-        record(con, [decided(1, "REVERT")])
-    finally:
-        con.close()
+    path, _ = one_alert
     res = CliRunner().invoke(app, ["alerts", *args, "--db", str(path)])
     assert res.exit_code == 1 and "Traceback" not in res.output
     (shown,) = res.output.strip().splitlines()
@@ -211,17 +195,12 @@ def test_bad_alert_input_from_the_cli_is_one_line(tmp_path: Path, args: list[str
     assert records.query(path, "select state from alerts") == [("untriaged",)]
 
 
-def test_triage_from_the_cli_records_who_when_and_the_note(tmp_path: Path) -> None:
+def test_triage_from_the_cli_records_who_when_and_the_note(one_alert) -> None:
     from typer.testing import CliRunner
 
     from cli.app import app
 
-    path = tmp_path / "h.duckdb"
-    con = db.connect(path)
-    try:
-        (a,) = record(con, [decided(1, "REVERT")])
-    finally:
-        con.close()
+    path, a = one_alert
     runner = CliRunner()
     assert runner.invoke(app, ["alerts", "set", str(a.alert_id), "wontfix", "--note", "accepted cost",
                                "--db", str(path)]).exit_code == 0

@@ -6,8 +6,6 @@ it is up; the alert is acknowledged from the CLI."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from specwatch_testing.cli import specwatch
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
 from specwatch_testing.records import query
 from specwatch_testing.server import run_fake_vllm
+from specwatch_testing.webhook import webhook_receiver
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 
@@ -25,18 +24,6 @@ SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 def server(*extra: str) -> list[str]:
     return ["--served-model-name", "demo", "--spec-config", SPEC, "--accept-probs", "0.99,0.98,0.97",
             "--step-ms", "5", *extra]
-
-
-class _Hook(BaseHTTPRequestHandler):
-    received: list[dict] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        _Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -60,19 +47,14 @@ def nights(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
         first = regression(str(experiment), db=str(db), notify_block="alerts-hook", notify_format="json",
                            return_state=True)
         pending = query(db, "select event, attempts, sent_at is null, last_error from outbox order by 1")
-        hook = HTTPServer(("127.0.0.1", port), _Hook)
-        threading.Thread(target=hook.serve_forever, daemon=True).start()
-        try:
+        with webhook_receiver(port) as hook:
             second = regression(str(experiment), db=str(db), notify_block="alerts-hook", notify_format="json",
                                 return_state=True)
-        finally:
-            hook.shutdown()
-            hook.server_close()
-    return first, second, pending, db
+    return first, second, pending, db, hook.received
 
 
 def test_the_decided_revert_opens_one_alert_over_both_nights(nights) -> None:
-    first, second, _, db = nights
+    first, second, _, db, _ = nights
     assert first.name == "Regression" and second.name == "Regression"
     assert query(db, "select outcome from decisions order by started_at") == [("REVERT",), ("REVERT",)]
     ((series, direction, runs, state, summary, effect),) = query(
@@ -82,7 +64,7 @@ def test_the_decided_revert_opens_one_alert_over_both_nights(nights) -> None:
 
 
 def test_the_notification_waited_while_the_hook_was_down_and_arrived_when_it_was_up(nights) -> None:
-    _, _, pending, db = nights
+    _, _, pending, db, received = nights
     # night 1: the hook down, the alert's notification and the run's regression hint kept, one attempt each
     assert sorted((e, a, p) for e, a, p, _ in pending) == [("hint", 1, True), ("opened", 1, True)]
     assert all("SECRET-TOKEN" not in (err or "") and err for *_, err in pending)
@@ -90,14 +72,14 @@ def test_the_notification_waited_while_the_hook_was_down_and_arrived_when_it_was
     assert query(db, "select event, attempts, sent_at is not null, sent_to from outbox order by notification_id") == [
         ("opened", 2, True, "block alerts-hook"), ("hint", 2, True, "block alerts-hook"),
         ("hint", 1, True, "block alerts-hook")]
-    opened = [m for m in _Hook.received if m["event"] == "opened"]
-    assert len(opened) == 1 and len(_Hook.received) == 3
+    opened = [m for m in received if m["event"] == "opened"]
+    assert len(opened) == 1 and len(received) == 3
     ((alert_id,),) = query(db, "select alert_id from alerts")
     assert opened[0]["alert_id"] == alert_id and opened[0]["links"]["alert"].endswith(f"/alerts/{alert_id}")
 
 
 def test_the_alert_is_acknowledged_from_the_cli(nights, tmp_path: Path) -> None:
-    _, _, _, db = nights
+    _, _, _, db, _ = nights
     ((alert_id,),) = query(db, "select alert_id from alerts")
     listed = specwatch("alerts", "--db", str(db), home=tmp_path)
     assert listed.returncode == 0 and "nightly-ab: cand vs base" in listed.stdout and "untriaged" in listed.stdout

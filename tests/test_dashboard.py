@@ -6,11 +6,8 @@ another process holds the database."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import duckdb
@@ -25,6 +22,7 @@ from specwatch_testing.alerts import decided, planted_history, run_id
 from specwatch_testing.browser import screenshot
 from specwatch_testing.cli import descendants, specwatch, start_specwatch, stop_tree
 from specwatch_testing.records import query
+from specwatch_testing.webhook import webhook_receiver
 
 
 @pytest.fixture(scope="module")
@@ -139,18 +137,6 @@ def test_the_compare_view_and_the_drill_down_to_the_report(served, page) -> None
     assert page.evaluate("document.images[0].complete && document.images[0].naturalWidth") > 100
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    got: list[dict] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        _Receiver.got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_the_notification_reaches_a_webhook_that_was_down_first(served) -> None:
     _, path, home = served
     port = free_port()
@@ -158,15 +144,10 @@ def test_the_notification_reaches_a_webhook_that_was_down_first(served) -> None:
     down = specwatch("alerts", "deliver", "--url", url, "--format", "json", "--db", str(path), home=home)
     assert down.returncode == 0 and "0 sent, 1 kept for the next delivery" in down.stdout, down.stdout + down.stderr
     assert query(path, "select attempts, sent_at is null from outbox") == [(1, True)]
-    receiver = HTTPServer(("127.0.0.1", port), _Receiver)
-    threading.Thread(target=receiver.serve_forever, daemon=True).start()
-    try:
+    with webhook_receiver(port) as receiver:
         up = specwatch("alerts", "deliver", "--url", url, "--format", "json", "--db", str(path), home=home)
-    finally:
-        receiver.shutdown()
-        receiver.server_close()
     assert "1 sent, 0 kept" in up.stdout, up.stdout + up.stderr
-    (got,) = _Receiver.got
+    (got,) = receiver.received
     assert got["alert_id"] == 1 and got["event"] == "opened" and "REVERT nightly: k5 vs k3" in got["summary"]
     assert query(path, "select attempts, sent_at is not null from outbox") == [(2, True)]
 

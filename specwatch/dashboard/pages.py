@@ -26,6 +26,14 @@ def _sql(con: duckdb.DuckDBPyConnection, name: str, **params: Any) -> pd.DataFra
     return db.query_df(con, db.load_sql(f"dashboard/{name}.sql"), params)
 
 
+def _one(con: duckdb.DuckDBPyConnection, name: str, what: str, **params: Any) -> Any:
+    """The one row a page is about; NotFound (404) naming `what` when there is none."""
+    frame = _sql(con, name, **params)
+    if frame.empty:
+        raise NotFound(f"no {what}")
+    return frame.iloc[0]
+
+
 def _run_link(run_id: object) -> str:
     return link(f"/runs/{quote(str(run_id))}", str(run_id))
 
@@ -81,10 +89,7 @@ def series_list(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def series_page(con: duckdb.DuckDBPyConnection, key: str) -> str:
-    label = _sql(con, "series_label", series_key=key)
-    if label.empty:
-        raise NotFound(f"no series {key!r}")
-    s = label.iloc[0]
+    s = _one(con, "series_label", f"series {key!r}", series_key=key)
     points = _sql(con, "trend", series_key=key)
     title = (f"{s.model} {s.method} k={s.k} {s.load_level} {s.prompt_class} {s.prompt_tokens}/{s.max_tokens} "
              f"on {s.host_class}")
@@ -109,10 +114,7 @@ def run_list(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def run_page(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    run = _sql(con, "run", run_id=run_id)
-    if run.empty:
-        raise NotFound(f"no run {run_id!r}")
-    r = run.iloc[0]
+    r = _one(con, "run", f"run {run_id!r}", run_id=run_id)
     decided = _sql(con, "run_decisions", run_id=run_id)
     cells = _sql(con, "run_decision_cells", run_id=run_id)
     if cells.empty:
