@@ -139,7 +139,8 @@ def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path)
     con = rf.database_at(tmp_path / "old.duckdb", 17)
     for table, frame in frames(stored).items():
         db.append(con, table, frame.rename(columns={"round": "block"}))
-    assert db.migrate(con) == ["018_rounds.sql"]
+    # 018 and every migration after it (a database at 17 has none of them)
+    assert db.migrate(con) == [name for version, name, _ in db.migrations() if version >= 18]
     assert con.execute("select table_name from duckdb_columns() where column_name = 'block' "
                        "and database_name = current_database()").fetchall() == []
     assert load(con, result.run_id).model_dump() == result.model_dump()
