@@ -64,11 +64,12 @@ def nightly_decision(con, run_id: str, started: datetime) -> Decided:  # type: i
 def record_decisions(path: Path) -> tuple[int, float]:
     con = db.connect(path)
     try:
-        runs = con.execute(db.load_sql("dashboard/runs.sql"), {"limit": 100_000}).fetchall()
+        runs = db.query_df(con, db.load_sql("dashboard/runs.sql"), {"limit": 100_000})
+        todo = runs[runs["decided"].isna()].iloc[::-1]  # oldest first; a kept history keeps its decisions
         t = time.perf_counter()
-        for run_id, _, started, *_ in reversed(runs):
-            record(con, [nightly_decision(con, run_id, started)])
-        return len(runs), time.perf_counter() - t
+        for r in todo.itertuples(index=False):
+            record(con, [nightly_decision(con, r.run_id, r.started_at)])
+        return len(todo), time.perf_counter() - t
     finally:
         con.close()
 
@@ -104,7 +105,7 @@ def measure(path: Path, home: Path, repeat: int) -> None:
     finally:
         con.close()
     alert_id, planted = alerts["alert_id"].iloc[0], alerts["first_run_id"].iloc[0]
-    print(f"history {path}: {requests:,} request rows, {runs} runs; {runs} decisions recorded in {secs:.1f} s, "
+    print(f"history {path}: {requests:,} request rows; {runs} decision(s) recorded in {secs:.1f} s, "
           f"{len(alerts)} alert(s)")
     port = free_port()
     proc = start_specwatch(["dashboard", "--db", str(path), "--port", str(port)], home, "SIGTERM stops it", 120)

@@ -13,39 +13,35 @@ from specwatch.analysis.changepoints import change_points
 WIDTH = 760
 
 
-def _stamp(frame: pd.DataFrame) -> pd.DataFrame:
-    # Vega-Lite reads ISO strings as times; a tz-aware pandas column would need a conversion of its own
-    return frame.assign(started_at=frame["started_at"].map(lambda t: pd.Timestamp(t).isoformat()))
-
-
-def _trend_layer(points: pd.DataFrame, column: str, title: str) -> alt.LayerChart | alt.FacetChart:
-    base = alt.Chart(points).encode(x=alt.X("started_at:T", title=None))
-    tooltip = ["run_id:N", "vllm_version:N", alt.Tooltip(f"{column}:Q", format=".3f"), "alerts:N"]
-    line = base.mark_line(point=True).encode(y=alt.Y(f"{column}:Q", title=title, scale=alt.Scale(zero=False)),
-                                              tooltip=tooltip)
-    hints = base.transform_filter("datum.regression_flagged").mark_point(
-        shape="triangle-down", color="#e08a00", size=80, filled=True).encode(y=f"{column}:Q", tooltip=tooltip)
-    alerted = base.transform_filter("datum.alerts").mark_point(color="#c0392b", size=220, strokeWidth=3).encode(
-        y=f"{column}:Q", tooltip=tooltip)
-    layers: list[Any] = [line, hints, alerted]
-    values = points[column].astype(float).tolist()
-    if all(v == v for v in values):  # a change point indexes every point: none where one lacks the metric
-        found = [{"started_at": points["started_at"].iloc[cp.index], "label": f"{cp.change:+.1%}"}
-                 for cp in change_points(values)]
-        if found:
-            marks = alt.Chart(pd.DataFrame(found)).encode(x="started_at:T")
-            layers += [marks.mark_rule(color="#c0392b", strokeDash=[6, 4]),
-                       marks.mark_text(align="left", dx=4, dy=-6, color="#c0392b", baseline="top").encode(
-                           text="label:N", y=alt.value(0))]
-    return alt.layer(*layers).properties(width=WIDTH, height=200)
+TREND = {"decode_tok_s_median": "decode tok/s (median of rounds)", "mean_acceptance_length": "mean acceptance length"}
 
 
 def trend(points: pd.DataFrame) -> dict[str, Any]:
-    """A series over time: decode tok/s and mean acceptance length, change points as dashed rules, the
-    first-bad runs of alerts circled, runs whose checks flagged them (hints) as triangles."""
-    frame = _stamp(points)
-    chart = alt.vconcat(_trend_layer(frame, "decode_tok_s_median", "decode tok/s (median of rounds)"),
-                        _trend_layer(frame, "mean_acceptance_length", "mean acceptance length"))
+    """A series over time, one panel per metric: change points of the headline (decode tok/s) as dashed rules
+    on every panel (does acceptance move with it?), the first-bad runs of alerts circled, runs whose checks
+    flagged them (hints) as triangles. One layered chart faceted by metric: altair's cost is per chart."""
+    frame = points.assign(started_at=points["started_at"].map(lambda t: pd.Timestamp(t).isoformat()), change="")
+    values = frame["decode_tok_s_median"].astype(float).tolist()
+    if all(v == v for v in values):  # a change point indexes every point: none where one lacks the metric
+        for cp in change_points(values):
+            frame.loc[frame.index[cp.index], "change"] = f"{cp.change:+.1%}"
+    long = frame.melt(id_vars=["run_id", "started_at", "vllm_version", "regression_flagged", "alerts", "change"],
+                      value_vars=list(TREND), var_name="metric", value_name="value")
+    long["metric"] = long["metric"].map(TREND)
+    base = alt.Chart().encode(x=alt.X("started_at:T", title=None))
+    y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))
+    tooltip = ["run_id:N", "vllm_version:N", alt.Tooltip("value:Q", format=".3f"), "alerts:N", "change:N"]
+    chart = alt.layer(
+        base.mark_line(point=True).encode(y=y, tooltip=tooltip),
+        base.transform_filter("datum.regression_flagged").mark_point(
+            shape="triangle-down", color="#e08a00", size=80, filled=True).encode(y=y, tooltip=tooltip),
+        base.transform_filter("datum.alerts").mark_point(color="#c0392b", size=220, strokeWidth=3).encode(
+            y=y, tooltip=tooltip),
+        base.transform_filter("datum.change").mark_rule(color="#c0392b", strokeDash=[6, 4]),
+        base.transform_filter("datum.change").mark_text(align="left", dx=4, dy=4, color="#c0392b",
+                                                        baseline="top").encode(text="change:N", y=alt.value(0)),
+        data=long,
+    ).properties(width=WIDTH, height=200).facet(row=alt.Row("metric:N", title=None)).resolve_scale(y="independent")
     return chart.to_dict(validate=False)
 
 

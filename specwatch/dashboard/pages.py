@@ -89,8 +89,10 @@ def series_list(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def series_page(con: duckdb.DuckDBPyConnection, key: str) -> str:
-    s = _one(con, "series_label", f"series {key!r}", series_key=key)
     points = _sql(con, "trend", series_key=key)
+    if points.empty:
+        raise NotFound(f"no series {key!r}")
+    s = points.iloc[0]
     title = (f"{s.model} {s.method} k={s.k} {s.load_level} {s.prompt_class} {s.prompt_tokens}/{s.max_tokens} "
              f"on {s.host_class}")
     flagged = points[points["regression_flagged"] | points["alerts"].notna()]
