@@ -77,9 +77,10 @@ def show(alert_id: Annotated[str, typer.Argument(metavar="ID")], db: DbOption = 
     """One alert: what changed, where, since which run, and every change of its state."""
     from specwatch.alerts.triage import alert, events
 
+    number = _id(alert_id)
     with _connection(db) as con:
-        row = alert(con, _id(alert_id))
-        history = events(con, int(alert_id))
+        row = alert(con, number)
+        history = events(con, number)
     for name in ("alert_id", "state", "direction", "series", "summary", "first_run_id", "last_run_id", "runs",
                  "source", "cells"):
         out.print(f"{name}: {row[name]}", highlight=False, markup=False)

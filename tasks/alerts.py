@@ -13,6 +13,7 @@ from prefect import get_run_logger, task
 from specwatch.alerts import outbox
 from specwatch.alerts.decided import Decided
 from specwatch.alerts.opening import AlertChange, record_run
+from specwatch.redact import redact_urls
 from specwatch.store.db import DatabaseError
 
 
@@ -63,7 +64,7 @@ def deliver_notifications(db_path: Path, block: str, fmt: str = "slack") -> outb
     try:
         delivery = outbox.deliver(db_path, _block_target(block, fmt))
     except Exception as exc:  # a missing block or a locked database: the outbox keeps them for the next run
-        logger.warning("notifications not sent through block %r (kept in the outbox): %s", block, exc)
+        logger.warning("notifications not sent through block %r (kept in the outbox): %s", block, redact_urls(str(exc)))
         return None
     for line in delivery.errors:
         logger.warning("%s (kept in the outbox for the next run)", line)
