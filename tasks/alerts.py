@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
+import duckdb
 import httpx
 from prefect import get_run_logger, task
 
@@ -22,7 +23,7 @@ def record_alerts(db_path: Path, decided: list[Decided]) -> list[AlertChange]:
     logger = get_run_logger()
     try:
         changes = record_run(db_path, decided)
-    except DatabaseError as exc:
+    except (DatabaseError, duckdb.Error) as exc:  # a full or read-only disk: the run stands without its alerts
         logger.warning("alerts not recorded: %s", exc)
         return []
     for c in changes:
