@@ -144,6 +144,8 @@ def run(
     out.print(_verdict_table(f"run {outcome.run_id}: {outcome.headline}", outcome.rows))
     for reason in outcome.reasons:
         out.print(f"  {reason}", highlight=False, markup=False)
+    for line in outcome.alerts:  # `specwatch alerts` triages them
+        out.print(line, highlight=False, markup=False)
     out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
     if json_path:
         json_path.write_text(outcome.model_dump_json(indent=1))

@@ -51,6 +51,7 @@ class RunOutcome(BaseModel):
     headline: str
     reasons: list[str] = []  # what the verdict table does not show (it holds the per-cell verdicts)
     rows: list[VerdictRow] = []
+    alerts: list[str] = []  # what the decision did to alerts: opened, counted, verified, reopened
     error: str | None = None
 
 
@@ -131,7 +132,7 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
         result.quality += decision_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
-        record_alerts(db_path, from_assessment(result, spec, assessment))
+        changes = record_alerts(db_path, from_assessment(result, spec, assessment))
     except DatabaseError as exc:
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",
@@ -141,4 +142,5 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     verdict = headline(result, assessment)
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=verdict, reasons=assessment.verdict.all_reasons, rows=rows)
+                      headline=verdict, reasons=assessment.verdict.all_reasons, rows=rows,
+                      alerts=[f"alert #{c.alert_id} {c.event}: {c.text}" for c in changes])
