@@ -13,10 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.alerts import app as alerts_app
+from cli.common import DbOption, err, out
+from cli.common import existing_db as _existing_db
+from cli.common import fail as _fail
 from flows import prefect_env
 from specwatch import paths
 from specwatch.resolve import load_spec, resolve, workload_problems
@@ -29,28 +32,14 @@ if TYPE_CHECKING:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Track vLLM speculative-decoding performance: A/B runs, DuckDB history, regression checks.")
-# Piped output (CI logs, `tee`) would otherwise be cut to 80 columns and the verdict table squeezed.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
 
-DbOption = Annotated[Path | None, typer.Option("--db", help="DuckDB file (default $SPECWATCH_HOME/specwatch.duckdb)")]
-
-def _fail(message: str, code: int = 1) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    return typer.Exit(code)
+app.add_typer(alerts_app, name="alerts")
 
 
 @app.callback()
 def _setup() -> None:
     # Every command may import prefect (tasks/, flows/): its settings must be in place first.
     prefect_env.configure()
-
-
-def _existing_db(db: Path | None) -> Path:
-    path = db or paths.default_db()
-    if not path.exists():
-        raise _fail(f"no database at {path}; run an experiment first or pass --db")
-    return path
 
 
 def _num(value: float | None, spec: str, suffix: str = "") -> str:
@@ -172,6 +161,8 @@ def run(
     out.print(_verdict_table(f"run {outcome.run_id}: {outcome.headline}", outcome.rows))
     for reason in outcome.reasons:
         out.print(f"  {reason}", highlight=False, markup=False)
+    for line in outcome.alerts:  # `specwatch alerts` triages them
+        out.print(line, highlight=False, markup=False)
     out.print(f"report: {outcome.run_dir / 'report.md'}\ndatabase: {outcome.db_path}")
     if json_path:
         json_path.write_text(outcome.model_dump_json(indent=1))
@@ -705,21 +696,58 @@ def serve_command(
     import time
 
     from cli.serve import ServeError, serve
+    from specwatch.engine import processes
 
+    # A service manager or container engine stops with SIGTERM: unwind as on Ctrl-C, so that the `with`
+    # below stops the server and the worker instead of leaving them to init.
+    processes.install_signal_handlers()
     try:
         stack = serve(port)
     except ServeError as exc:
         raise _fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted while starting; everything started was stopped", 130) from None
     with stack:
         out.print(f"Prefect UI: {stack.api_url.removesuffix('/api')}  (API {stack.api_url})\n"
                   f"deployments applied from deployments/prefect.yaml; worker on pool specwatch-process\n"
-                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\nCtrl-C stops everything.")
+                  f"point the CLI at it with: export PREFECT_API_URL={stack.api_url}\n"
+                  "Ctrl-C or SIGTERM stops everything.")
         try:
             while all(p.poll() is None for p in stack.procs):
                 time.sleep(1)
             err.print("a Prefect process exited; stopping the stack (logs under SPECWATCH_HOME/logs)")
         except KeyboardInterrupt:
             pass
+
+
+@app.command("dashboard")
+def dashboard_command(
+    db: DbOption = None,
+    port: Annotated[int, typer.Option(help="port to listen on")] = paths.DASHBOARD_PORT,
+    host: Annotated[str, typer.Option(help="address to listen on (0.0.0.0: every interface)")] = "127.0.0.1",
+) -> None:
+    """Browse the history: alerts with triage, trends per series, baseline vs candidate per run, reports."""
+    from specwatch.dashboard.server import Dashboard, make_server
+    from specwatch.engine import processes
+    from specwatch.store.db import DatabaseError
+
+    processes.install_signal_handlers()  # SIGTERM (a service manager) stops it as Ctrl-C does
+    dash = Dashboard(db or paths.default_db())
+    try:
+        dash.prepare()
+        server = make_server(dash, host, port)
+    except DatabaseError as exc:
+        raise _fail(str(exc)) from None
+    except OSError as exc:
+        raise _fail(f"--port {port}: cannot listen on {host}:{port} ({exc.strerror}); pick another port") from None
+    out.print(f"dashboard: http://{host}:{port}/  (database {dash.db_path})\nCtrl-C or SIGTERM stops it.",
+              highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 def main() -> None:

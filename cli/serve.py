@@ -95,6 +95,9 @@ def start_server(home: Path, port: int = 4200, timeout_s: float = 120.0) -> Stac
     except NotReady as exc:
         stack.stop()
         raise ServeError(f"prefect server: {exc}; see {log}") from None
+    except BaseException:  # SIGTERM or Ctrl-C while it boots: the server goes with it
+        stack.stop()
+        raise
     return stack
 
 

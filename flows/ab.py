@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from flows.failures import tracebacks_to
 from specwatch import paths
+from specwatch.alerts.decided import from_assessment
 from specwatch.analysis.verdict import assess, decision_records
 from specwatch.engine import processes
 from specwatch.engine.checkpoint import CheckpointError
@@ -33,6 +34,7 @@ from specwatch.spec import ExperimentSpec, SweepSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.priors import PriorError, run_priors
 from specwatch.store.rundir import write_raw
+from tasks.alerts import record_alerts
 from tasks.arms import launch_arm
 from tasks.checkpoint import prepare_checkpoint
 from tasks.images import build_image
@@ -50,6 +52,7 @@ class RunOutcome(BaseModel):
     decision: str | None = None  # PROMOTE, REVERT, NO CHANGE or INCONCLUSIVE; None: not decided (could not run)
     reasons: list[str] = []  # what the verdict table does not show (it holds the per-cell verdicts)
     rows: list[VerdictRow] = []
+    alerts: list[str] = []  # what the decision did to alerts: opened, counted, verified, reopened
     error: str | None = None
 
 
@@ -129,6 +132,7 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
         result.quality += decision_records(assessment, spec)
         # the run's exit code depends on the checks, so its row is rewritten with them
         ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
+        changes = record_alerts(db_path, from_assessment(result, spec, assessment))
     except DatabaseError as exc:
         write_raw(result, run_dir)
         return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",
@@ -139,4 +143,4 @@ def _run(spec: ExperimentSpec, run_id: str, run_dir: Path, db: str | None, exper
     logger.info("run %s: %s; report %s", run_id, verdict, report)
     return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
                       headline=verdict, decision=assessment.verdict.decision, reasons=assessment.verdict.all_reasons,
-                      rows=rows)
+                      rows=rows, alerts=[f"alert #{c.alert_id} {c.event}: {c.text}" for c in changes])

@@ -1,11 +1,10 @@
 """The scheduled cycle: run the experiment (the A/B flow as a subflow), then check every point
 against its baseline from history. A flagged run ends Failed("Regression") so the UI shows it,
-and can notify through a Prefect webhook block.
+and notifies through the outbox and a Prefect webhook block (tasks/alerts.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Literal, cast
 
@@ -21,6 +20,7 @@ from specwatch.resolve import load_spec, stored_spec
 from specwatch.spec import ExperimentSpec, SpecError
 from specwatch.store.priors import run_priors
 from specwatch.store.rundir import read_raw
+from tasks.alerts import deliver_notifications, enqueue_hint
 from tasks.quality import check_history
 from tasks.report import write_report
 from tasks.store import ingest_run
@@ -46,17 +46,6 @@ def _add_history_checks(outcome: RunOutcome, baseline: BaselinePolicy) -> list[s
     assessment = assess(result, spec, run_priors(outcome.db_path, spec, result))
     write_report(result, outcome.run_dir, spec, assessment, verdict_rows(result, spec, assessment))
     return [f"{q.arm} {q.cell}: {q.detail}" for q in records if not q.passed]
-
-
-def notify(block: str, message: str) -> None:
-    from prefect.blocks.webhook import Webhook
-
-    try:
-        # Webhook.call is async-only in Prefect 3; this flow is sync, so no loop is running here
-        hook = cast(Webhook, Webhook.load(block))  # a sync context: load returns the block itself
-        asyncio.run(hook.call({"text": message}))
-    except Exception as exc:  # a notification is best effort; the run's state carries the result
-        get_run_logger().warning("notification through block %r failed: %s", block, exc)
 
 
 DEFAULT_BASELINE = BaselinePolicy()  # frozen by Prefect into the parameter schema, never mutated
@@ -85,11 +74,14 @@ def regression(
     cluster: str = "local",
     db: str | None = None,
     notify_block: str | None = None,
+    notify_format: Literal["slack", "json"] = "slack",
     bisect_versions: list[str] | None = None,
     bisect_deployment: str = "specwatch-bisect/bisect-on-demand",
 ) -> State:
     """Nightly: run the experiment, compare with history, fail with a Regression state when flagged.
 
+    Notifications (the A/B's alerts, and this run's regression hint) go to the outbox and are sent
+    through the webhook block `notify_block`; what a down target did not take is sent by the next run.
     `bisect_versions`: the versions between an image-vs-image experiment's two images, oldest first; when its
     A/B is decided REVERT, the bisect over them starts as a follow-up run of `bisect_deployment`."""
     logger = get_run_logger()
@@ -104,12 +96,15 @@ def regression(
     flagged = history_failures + ([outcome.headline] if outcome.exit_code == 3 else [])
     if outcome.decision == "REVERT" and bisect_versions:
         flagged.append(start_bisect(spec, bisect_versions, bisect_deployment, db, cluster))
+    message = f"run {outcome.run_id} regressed: " + "; ".join(flagged[:5]) + \
+        (f" (+{len(flagged) - 5} more)" if len(flagged) > 5 else "")
+    if flagged:
+        logger.error(message)
+        # a hint, not an alert: the team hears of it as before, through the outbox
+        enqueue_hint(outcome.db_path, message, outcome.run_id)
+    if notify_block:
+        deliver_notifications(outcome.db_path, notify_block, notify_format)
     if not flagged:
         return Completed(message=f"run {outcome.run_id}: {outcome.headline}; no regression against history",
                          data=outcome)
-    message = f"run {outcome.run_id} regressed: " + "; ".join(flagged[:5]) + \
-        (f" (+{len(flagged) - 5} more)" if len(flagged) > 5 else "")
-    logger.error(message)
-    if notify_block:
-        notify(notify_block, message)
     return Failed(name="Regression", message=message, data=outcome)

@@ -43,3 +43,12 @@ def prefect_home() -> Path:
 
 def bisects_dir() -> Path:
     return home() / "bisects"
+
+
+DASHBOARD_PORT = 8600
+
+
+def dashboard_url() -> str:
+    """Where `specwatch dashboard` is reached, for the links a notification carries: SPECWATCH_DASHBOARD_URL
+    when the team serves it elsewhere."""
+    return os.environ.get("SPECWATCH_DASHBOARD_URL", f"http://127.0.0.1:{DASHBOARD_PORT}").rstrip("/")

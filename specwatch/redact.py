@@ -75,3 +75,26 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
         text = text.replace(value, REDACTED)
     return text
 
+
+
+_URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.I)
+
+
+def redact_url(url: str) -> str:
+    """A webhook URL as it may be stored or shown: scheme, host and port only. Its path, query and user
+    part are where services put the token (Slack's /services/T../B../<secret>, ?token=...)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # not a URL at all: nothing of it is shown
+        return REDACTED
+    hidden = parts.path not in ("", "/") or parts.query or parts.fragment or parts.username
+    return f"{parts.scheme}://{host}{port}" + (f"/{REDACTED}" if hidden else "")
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in free text (an HTTP client's error names the URL it called) in its redacted form."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)

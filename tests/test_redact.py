@@ -1,4 +1,6 @@
-from specwatch.redact import REDACTED, redact_argv, redact_env, redact_text, secret_values
+import pytest
+
+from specwatch.redact import REDACTED, redact_argv, redact_env, redact_text, redact_url, redact_urls, secret_values
 
 
 def test_env_values_with_secret_names_are_hidden() -> None:
@@ -33,3 +35,17 @@ def test_secrets_inside_a_shell_string_are_hidden_and_found() -> None:
 def test_short_values_are_not_replaced_in_free_text() -> None:
     # a one-character "secret" would turn every such character of a log into ***
     assert secret_values({"HF_TOKEN": "1"}) == []
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("https://hooks.slack.com/services/T000/B000/XXXXSECRET", "https://hooks.slack.com/***"),
+    ("https://example.org/hook?token=abc123", "https://example.org/***"),
+    ("https://user:pass@example.org:8443/", "https://example.org:8443/***"),
+    ("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
+    ("http://[::1", "***"),  # not a URL at all: nothing of it is shown
+])
+def test_a_webhook_url_is_shown_without_its_path_query_or_user(url: str, shown: str) -> None:
+
+
+    assert redact_url(url) == shown
+    assert redact_urls(f"POST {url} failed: 404") == f"POST {shown} failed: 404"

@@ -5,8 +5,6 @@ the `regressions` view."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import yaml
 
 from specwatch_testing.records import query as rows
 from specwatch_testing.server import run_fake_vllm
+from specwatch_testing.webhook import webhook_receiver
 
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 
@@ -38,43 +37,27 @@ def experiment_file(tmp: Path, url: str) -> Path:
     return path
 
 
-class _Hook(BaseHTTPRequestHandler):
-    received: list[dict] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        _Hook.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def nights(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
     from prefect.blocks.webhook import Webhook
 
     from flows.regression import regression
 
-    hook = HTTPServer(("127.0.0.1", 0), _Hook)
-    threading.Thread(target=hook.serve_forever, daemon=True).start()
-    Webhook(method="POST", url=f"http://127.0.0.1:{hook.server_port}/hook").save("team-hook", overwrite=True)
     tmp = tmp_path_factory.mktemp("nightly")
     db = str(tmp / "h.duckdb")
     states = []
-    try:
+    with webhook_receiver() as hook:
+        Webhook(method="POST", url=hook.url()).save("team-hook", overwrite=True)
         for extra in ([], [], ["--slowdown", "1.6"]):
             with run_fake_vllm(server(*extra)) as url:
                 states.append(regression(str(experiment_file(tmp, url)), db=db, notify_block="team-hook",
                                          return_state=True))
-    finally:
-        hook.shutdown()
-    return states, db
+    return states, db, hook.received
 
 
 
 def test_first_run_has_no_baseline_and_the_second_passes(nights) -> None:
-    states, db = nights
+    states, db, _ = nights
     assert [s.type.value for s in states[:2]] == ["COMPLETED", "COMPLETED"]
     checks = rows(db, "select r.started_at, count(q.check_name) from runs r left join quality_results q "
                       "on q.run_id = r.run_id and q.check_name like 'history.%' group by 1 order by 1")
@@ -82,7 +65,7 @@ def test_first_run_has_no_baseline_and_the_second_passes(nights) -> None:
 
 
 def test_a_real_slowdown_fails_the_run_as_a_regression(nights) -> None:
-    states, db = nights
+    states, db, received = nights
     third = states[2]
     assert third.type.value == "FAILED" and third.name == "Regression"
     assert "decode tok/s" in third.message
@@ -92,4 +75,4 @@ def test_a_real_slowdown_fails_the_run_as_a_regression(nights) -> None:
     # speed changed, acceptance did not: nothing else is flagged
     assert rows(db, "select count(*) from regressions where \"check\" <> 'history.decode_tok_s'") == [(0,)]
     # the team's webhook heard about it, and only about it
-    assert len(_Hook.received) == 1 and "regressed" in _Hook.received[0]["text"]
+    assert len(received) == 1 and "regressed" in received[0]["text"]

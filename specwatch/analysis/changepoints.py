@@ -13,7 +13,28 @@ from dataclasses import dataclass
 
 import numpy as np
 import ruptures
+from ruptures.costs import CostL2, NotEnoughPoints
 from scipy import stats
+
+
+class _SumsL2(CostL2):
+    """ruptures' "l2" cost from running sums: each segment's cost in O(1) where CostL2 takes O(length), so a
+    year of nightly points is searched in milliseconds, not the ~0.4 s a dashboard page cannot spend.
+    Same cost (the squared deviation from the segment mean), same change points."""
+
+    def fit(self, signal: np.ndarray) -> _SumsL2:
+        super().fit(signal)
+        x = self.signal.astype(float)
+        self._sum = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x, axis=0)])
+        self._sq = np.vstack([np.zeros((1, x.shape[1])), np.cumsum(x * x, axis=0)])
+        return self
+
+    def error(self, start: int, end: int) -> float:
+        if end - start < self.min_size:
+            raise NotEnoughPoints
+        n = end - start
+        total = self._sum[end] - self._sum[start]
+        return float((self._sq[end] - self._sq[start] - total * total / n).sum())
 
 
 @dataclass(frozen=True)
@@ -38,7 +59,7 @@ def change_points(values: Sequence[float], min_size: int = 5, max_pvalue: float 
         return []
     # Penalty on the standardised signal: BIC-like, log(n) per extra segment.
     z = (y - y.mean()) / (y.std() or 1.0)
-    ends = ruptures.Pelt(model="l2", min_size=min_size, jump=1).fit(z).predict(pen=3 * np.log(y.size))
+    ends = ruptures.Pelt(custom_cost=_SumsL2(), min_size=min_size, jump=1).fit(z).predict(pen=3 * np.log(y.size))
     bounds = [0, *ends]
     # The split was chosen where the t statistic is largest: correct for the positions tried.
     tried = y.size - 2 * min_size + 1

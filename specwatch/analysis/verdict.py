@@ -18,7 +18,14 @@ from specwatch.analysis.decision import CellVerdict, Verdict, VerdictRule, exper
 from specwatch.analysis.intervals import DiffCI
 from specwatch.analysis.metrics import METRICS
 from specwatch.analysis.pairing import Comparison, Priors, compare, composite_priors
-from specwatch.analysis.sequential import COMPOSITE, SequentialDecision, SequentialDesign, decide, look_alpha
+from specwatch.analysis.sequential import (
+    COMPOSITE,
+    Interval,
+    SequentialDecision,
+    SequentialDesign,
+    decide,
+    look_alpha,
+)
 from specwatch.records import ArmResult, CellKey, QualityRecord, RunResult, load_level
 from specwatch.spec import ExperimentSpec
 
@@ -101,7 +108,7 @@ class Assessment:
     rounds: dict[str, int] = field(default_factory=dict)
 
 
-def _ok_rounds(result: RunResult, arm: str) -> list[ArmResult]:
+def ok_rounds(result: RunResult, arm: str) -> list[ArmResult]:
     return sorted((a for a in result.arms if a.name == arm and a.status == "ok"), key=lambda a: a.round)
 
 
@@ -123,17 +130,18 @@ def cell_verdicts(arms: list[ArmDecision], design: SequentialDesign) -> list[Cel
             better = METRICS[u.metric].higher_is_better
             ci = None
             if u.interval is not None:
-                i = u.interval
-                # + is better in the decision; a lower-is-better metric's change is the inverse ratio
-                est, lo, hi = (i.estimate, i.low, i.high) if better else \
-                    (1 / (1 + i.estimate) - 1, 1 / (1 + i.high) - 1, _inverse(i.low))
+                est, lo, hi = own_direction(u.interval, better)
                 ci = DiffCI(est, lo, hi, u.rounds, "sequential", confidence)
             out.append(CellVerdict.from_ci(ad.arm, ad.comparison.keys[u.cell], u.metric, ci, design.band, better))
     return out
 
 
-def _inverse(low: float) -> float:
-    return math.inf if low <= -1 else 1 / (1 + low) - 1
+def own_direction(i: Interval, higher_is_better: bool) -> tuple[float, float, float]:
+    """(estimate, low, high) of a decision's interval (+ is better) as the metric's own relative change:
+    a lower-is-better metric's change is the inverse ratio."""
+    if higher_is_better:
+        return i.estimate, i.low, i.high
+    return 1 / (1 + i.estimate) - 1, 1 / (1 + i.high) - 1, math.inf if i.low <= -1 else 1 / (1 + i.low) - 1
 
 
 def declared_levels(spec: ExperimentSpec) -> list[str]:
@@ -154,7 +162,7 @@ def acceptance_curves(result: RunResult, spec: ExperimentSpec) -> list[ArmCurve]
     """
     curves = []
     for arm in spec.arms:
-        per_pos = pooled_positions(cell.window for launch in _ok_rounds(result, arm.name) for cell in launch.cells
+        per_pos = pooled_positions(cell.window for launch in ok_rounds(result, arm.name) for cell in launch.cells
                                    if not cell.rejected)
         if per_pos:
             curves.append(ArmCurve(arm.name, len(per_pos), per_pos, decay(per_pos),
@@ -173,7 +181,7 @@ def correctness(result: RunResult, spec: ExperimentSpec) -> tuple[list[Divergenc
     """Greedy outputs must not change under speculation: every arm vs the baseline, and vs the
     no-spec control when there is one. Returns the divergences and the number of probes compared."""
     probes = {a.name: launches[0].probes for a in spec.arms
-              if (launches := _ok_rounds(result, a.name)) and launches[0].probes}
+              if (launches := ok_rounds(result, a.name)) and launches[0].probes}
     controls = control_arms(spec)
     references = [spec.baseline] + [a.name for a in spec.arms if a.name in controls]
     found, compared, seen = [], 0, set()
@@ -195,7 +203,7 @@ def _c1_figures(result: RunResult, arm: str) -> tuple[float, float] | None:
     """(decode tok/s, mean acceptance length) at the lowest concurrency, medians over rounds
     (closed-loop cells only: an open loop's in-flight count is not a concurrency)."""
     rows = [(c.decode_tok_s_median, c.window.mean_acceptance_length)
-            for b in _ok_rounds(result, arm) for c in b.cells
+            for b in ok_rounds(result, arm) for c in b.cells
             if not c.rejected and c.concurrency is not None
             and c.concurrency == min(x.concurrency for x in b.cells if x.concurrency is not None)]
     present = [(d, m) for d, m in rows if d and m]
@@ -244,7 +252,7 @@ def assess(result: RunResult, spec: ExperimentSpec, priors: Priors | None = None
     verdict = experiment_verdict([(ad.arm, ad.decision) for ad in judged], [c.arm for c in curves if c.tail_collapsed],
                                  failures, missing, rule)
     cost, rows = cost_model(result, spec, curves)
-    rounds = {a.name: len(_ok_rounds(result, a.name)) for a in spec.arms}
+    rounds = {a.name: len(ok_rounds(result, a.name)) for a in spec.arms}
     return Assessment(cell_verdicts(arms, design), verdict, arms, design, curves, divergences, compared, cost, rows,
                       rounds)
 

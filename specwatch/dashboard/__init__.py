@@ -1,0 +1,1 @@
+"""`specwatch dashboard`: the history, its alerts and their triage in a browser."""

@@ -1,0 +1,1 @@
+SELECT * FROM alerts WHERE alert_id = $alert_id;

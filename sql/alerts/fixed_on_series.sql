@@ -1,0 +1,1 @@
+SELECT alert_id, direction, summary FROM alerts WHERE series = $series AND state = 'fixed' ORDER BY alert_id;
