@@ -268,7 +268,7 @@ def bisect_command(
         spec = resolve_bisect(parse_bisect(file), source=str(file))
     except SpecError as exc:
         raise _invalid(exc) from None
-    from flows.bisect import bisect  # imports prefect: only after its environment is set
+    from flows.bisection import bisect  # imports prefect: only after its environment is set
 
     try:
         outcome = bisect(spec, db=str(db) if db else None, bisect_file=str(file.resolve()))

@@ -101,7 +101,7 @@ def pick(servers: dict[str, list[str]], *kinds: str) -> list[str]:
 
 
 def run(doc: dict[str, Any], db: Path):
-    from flows.bisect import bisect
+    from flows.bisection import bisect
 
     return bisect(BisectSpec.model_validate(doc), db=str(db))
 
@@ -221,13 +221,13 @@ def test_the_nightly_revert_starts_a_flow_run_of_the_bisect_deployment_over_the_
     from prefect.utilities.asyncutils import run_coro_as_sync
 
     from flows.ab import RunOutcome
-    from flows.bisect import bisect
+    from flows.bisection import bisect
     from flows.regression import regression, start_bisect
     from specwatch.spec import parse_spec
 
     nightly, target = shipped("nightly-image"), shipped("bisect-on-demand")
     # what the nightly's default bisect_deployment names is the shipped bisect deployment
-    assert target["entrypoint"] == "flows/bisect.py:bisect"
+    assert target["entrypoint"] == "flows/bisection.py:bisect"
     default = regression.parameters.properties["bisect_deployment"]["default"]
     assert default == f"{bisect.name}/{target['name']}"
     deployment_id = bisect.to_deployment(name=target["name"]).apply()  # enforces the parameter schema

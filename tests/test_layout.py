@@ -94,6 +94,15 @@ def test_every_flow_is_in_flows() -> None:
     assert all(path.parts[-2] == "flows" for path, _ in flows), flows
 
 
+def test_no_flow_or_task_module_shadows_the_standard_library() -> None:
+    # Prefect puts a deployment's flow directory on sys.path (and a spawned child inherits it): a
+    # flows/bisect.py there shadowed the stdlib `bisect` that `random` imports, and every client
+    # process of a deployed run died on import.
+    clashes = [str(path.relative_to(REPO)) for folder in ("flows", "tasks") for path in (REPO / folder).glob("*.py")
+               if path.stem in sys.stdlib_module_names]
+    assert clashes == []
+
+
 def test_nothing_imports_the_cli() -> None:
     importers = [str(p.relative_to(REPO)) for p in _python_files("specwatch", "tasks", "flows")
                  if re.search(r"^\s*(from cli\b|import cli\b)", p.read_text(), re.MULTILINE)]

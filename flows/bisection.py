@@ -5,6 +5,10 @@ rounds under the cluster lock, ingest, checks, report), on an experiment built f
 (specwatch/bisect/steps.py). The search (specwatch/analysis/bisection.py) picks each next A/B from the
 calls so far. The bisect's record is stored after every step: a step that fails or a flow that stops keeps
 every A/B measured before it, each A/B is a stored run of its own.
+
+Not `flows/bisect.py`: Prefect puts a deployment's flow directory on sys.path, and a module named `bisect`
+there shadows the standard library's (which `random` imports), so every spawned client process of a
+deployed run died on import.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from specwatch.spec import BisectSpec, SpecError
 from specwatch.store.db import DatabaseError
 from specwatch.store.priors import RunFacts, priors_for
 from specwatch.store.rundir import read_raw
-from tasks.bisect import store_bisect, write_bisect_report
+from tasks.bisection import store_bisect, write_bisect_report
 
 
 class BisectOutcome(BaseModel):
