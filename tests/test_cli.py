@@ -141,8 +141,12 @@ def test_bench_keeps_the_cells_measured_before_the_server_died() -> None:
     with run_fake_vllm(fake_args("--crash-after", "6")) as url:
         res = runner.invoke(app, bench_args(url))
     assert res.exit_code == 4, res.output
-    # the table holds the cell finished before the kill, and the one it hit, rejected with its failures
-    assert "│ ok " in res.output and "rejected: 4 of 4 requests failed (connection: 4;" in res.output
+    # the table holds the cell finished before the kill (its 4 requests kept, whatever the client gates said of
+    # a loaded host), and the one it hit, rejected with its failures (connection errors, or timeouts under load)
+    status = [line.rstrip(" │").rsplit("│", 1)[-1].strip() for line in res.output.splitlines()
+              if line.startswith("│")]
+    assert len(status) == 2 and "requests failed" not in status[0], res.output
+    assert status[1].startswith("rejected: 4 of 4 requests failed ("), res.output
     assert "error: stopped at cell c=2 code: the server stopped answering" in res.output
     assert "Traceback" not in res.output
 
