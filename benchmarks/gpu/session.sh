@@ -11,6 +11,8 @@
 #           code/prose, decided by the sequential design in 3-4 rounds (verdict, curves, cost);
 #           MAX_ROUNDS=N caps its rounds below the file's max_rounds, so that a booking keeps time for the
 #           stages after it
+#   draft   examples/gpu-draft-model.yaml: k5 vs k7 with the draft_model drafter (the real model's early-exit
+#           draft), c=1/16 x code/prose, decided, tail_floor 0.2 set in the file (MAX_ROUNDS as for ab)
 #   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 rounds
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
@@ -56,14 +58,16 @@ flow() {  # flow NAME ARGS...: `specwatch run ARGS`, its summary, report and plo
 }
 
 stage_warm() { flow warm benchmarks/gpu/warm.yaml; }
-stage_ab() {
-  local file=examples/gpu-ngram.yaml
-  if [ -n "${MAX_ROUNDS:-}" ]; then  # the same experiment, fewer rounds: a copy with max_rounds replaced
-    file=$OUTD/gpu-ngram.yaml
-    sed "s/^  max_rounds: [0-9]*/  max_rounds: $MAX_ROUNDS/" examples/gpu-ngram.yaml > "$file"
+capped() {  # capped NAME FILE: `flow` of FILE, or with MAX_ROUNDS set, of a copy with max_rounds replaced
+  local name=$1 file=$2
+  if [ -n "${MAX_ROUNDS:-}" ]; then
+    sed "s/^  max_rounds: [0-9]*/  max_rounds: $MAX_ROUNDS/" "$file" > "$OUTD/$(basename "$file")"
+    file=$OUTD/$(basename "$file")
   fi
-  flow ab "$file"
+  flow "$name" "$file"
 }
+stage_ab() { capped ab examples/gpu-ngram.yaml; }
+stage_draft() { capped draft examples/gpu-draft-model.yaml; }
 stage_kimage() { flow kimage examples/gpu-k-and-image.yaml; }
 resume() {  # resume NAME RUN_ID RESULTS_GZ: `specwatch run --resume` of a stored run's results.json
   mkdir -p "$SPECWATCH_HOME/runs/$2"
