@@ -13,7 +13,7 @@ from specwatch.analysis.rounds import round_order
 from specwatch.analysis.sequential import COMPOSITE, PriorVariance, rounds_needed
 from specwatch.analysis.verdict import declared_levels, sequential_design
 from specwatch.engine.checkpoint import cached_model_path, check_checkpoint
-from specwatch.engine.images import python_of
+from specwatch.engine.images import model_python
 from specwatch.engine.images.registry import backend_for
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import launcher_for
@@ -175,13 +175,16 @@ def planned_facts(spec: ExperimentSpec) -> tuple[RunFacts | None, str]:
     if built(base) is None:
         return None, f"image {base.name!r} is not built on this host yet"
     python = None
-    if spec.model.path is None:  # as the run does: the first image with a python prepares the model
-        for image in spec.images:
+    if spec.model.path is None:  # as the run does (model_python): the first image with a python prepares it
+        ready = []
+        for image in spec.images:  # in order, up to the first image not built yet
             if (ref := built(image)) is None:
-                return None, f"image {image.name!r} is not built on this host yet"
-            if (python := python_of(ref)) is not None:
                 break
-        else:  # an endpoint-only run serves the endpoint's own weights: no checkpoint in its key
+            ready.append(ref)
+        if (python := model_python(ready)) is None:
+            if len(ready) < len(spec.images):
+                return None, f"image {spec.images[len(ready)].name!r} is not built on this host yet"
+            # an endpoint-only run serves the endpoint's own weights: no checkpoint in its key
             return RunFacts(host_facts(), refs, None), ""
     path = cached_model_path(spec.model, python)
     if path is None:

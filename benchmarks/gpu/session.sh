@@ -13,6 +13,9 @@
 #           stages after it
 #   draft   examples/gpu-draft-model.yaml: k5 vs k7 with the draft_model drafter (the real model's early-exit
 #           draft), c=1/16 x code/prose, decided, tail_floor 0.2 set in the file (MAX_ROUNDS as for ab)
+#   draftresume  that run of 2026-12-03 continued from its stored results.json (k5#2 and round 3 run)
+#   image   examples/gpu-image.yaml: 0.25.0 vs 0.26.0 at k=5 on the real model, c=1/16/64 x code/prose, decided
+#           (needs ~/vllm025-venv; MAX_ROUNDS as for ab)
 #   kimage  examples/gpu-k-and-image.yaml: k7 on 0.26.0 and k5 on 0.25.0 against k5 on 0.26.0, 3 rounds
 #           (runs 1 and 2 with one shared baseline; needs ~/vllm025-venv)
 #   kresume  that run of 2026-12-02 continued from its stored results.json: only k7#3 runs
@@ -68,6 +71,7 @@ capped() {  # capped NAME FILE: `flow` of FILE, or with MAX_ROUNDS set, of a cop
 }
 stage_ab() { capped ab examples/gpu-ngram.yaml; }
 stage_draft() { capped draft examples/gpu-draft-model.yaml; }
+stage_image() { capped image examples/gpu-image.yaml; }
 stage_kimage() { flow kimage examples/gpu-k-and-image.yaml; }
 resume() {  # resume NAME RUN_ID RESULTS_GZ: `specwatch run --resume` of a stored run's results.json
   mkdir -p "$SPECWATCH_HOME/runs/$2"
@@ -80,6 +84,11 @@ stage_kresume() { resume kresume 20261202T013734Z-bda365 benchmarks/results/h200
 # k5#3 run, and the look after round 3 decides (its spec's maximum)
 stage_abresume() {
   resume abresume 20261202T230048Z-f1c0a4 benchmarks/results/h200-2026-12-02-realmodel/results.json.gz
+}
+# the draft_model run of 2026-12-03, continued: its 3 finished launches kept (k5#1, k7#1, k7#2); k5#2, then
+# round 3 run and the first look decides
+stage_draftresume() {
+  resume draftresume 20261203T105647Z-acb1ef benchmarks/results/h200-2026-12-03-draft/results.json.gz
 }
 stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
 peer() {  # peer NAME MODEL ARGS...: real_server.py on MODEL (a ModelSpec: generated, or converted, here if

@@ -25,7 +25,7 @@ from specwatch.analysis.verdict import decisions
 from specwatch.bench.runner import CellCallback
 from specwatch.engine import orphans
 from specwatch.engine.checkpoint import CheckpointError, PythonRunner
-from specwatch.engine.images import ImageError, python_of
+from specwatch.engine.images import ImageError, model_python
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import stoppers
 from specwatch.engine.namespaces import launch_namespace, nonce_scopes
@@ -188,7 +188,7 @@ def _images(spec: ExperimentSpec, run_dir: Path, hooks: Hooks) -> tuple[dict[str
 def _checkpoint(spec: ExperimentSpec, refs: dict[str, ImageRef], hooks: Hooks) -> CheckpointFacts | None:
     """Generate or convert (if asked) and check the checkpoint; an endpoint-only run serves its own weights.
     A packaged model comes from the images' wheelhouses when they have one (an offline host)."""
-    python = next((p for r in refs.values() if (p := python_of(r)) is not None), None)
+    python = model_python(refs.values())
     if python is None and spec.model.path is None:
         return None
     wheelhouses = [i.wheelhouse.expanduser() for i in spec.images if i.wheelhouse is not None]

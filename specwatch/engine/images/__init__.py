@@ -8,6 +8,7 @@ which vLLM build planning should assume for it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 from specwatch.engine.checkpoint import LocalPython, PythonRunner
@@ -71,7 +72,7 @@ def wheelhouse_missing(spec: ImageSpec, on_disk: bool) -> str | None:
     return None
 
 
-def python_of(ref: ImageRef) -> PythonRunner | None:
+def _python_of(ref: ImageRef) -> PythonRunner | None:
     """Where an image runs a script with its own packages (the model generator needs its torch)."""
     if ref.python is not None:
         return LocalPython(ref.python)
@@ -80,3 +81,8 @@ def python_of(ref: ImageRef) -> PythonRunner | None:
 
         return ContainerPython(ref.ref)
     return None
+
+
+def model_python(refs: Iterable[ImageRef]) -> PythonRunner | None:
+    """The python that prepares a run's model: the first image's, in the experiment's order, that has one."""
+    return next((p for r in refs if (p := _python_of(r)) is not None), None)
