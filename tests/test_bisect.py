@@ -209,7 +209,7 @@ def shipped(name: str) -> dict[str, Any]:
 
 
 def test_the_nightly_revert_starts_a_flow_run_of_the_bisect_deployment_over_the_versions_between(
-        prefect_api: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        prefect_api: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The follow-up on a real Prefect API: the regression flow, its A/B decided REVERT, creates a flow run of
     `bisect-on-demand` (not run: no worker polls this API) with parameters that the deployment's schema
     accepts and the bisect flow validates."""
@@ -236,7 +236,7 @@ def test_the_nightly_revert_starts_a_flow_run_of_the_bisect_deployment_over_the_
     # history checks); what is real is the regression flow's branch and start_bisect against this API
     params = nightly["parameters"]
     monkeypatch.setattr("flows.regression.ab", lambda spec, **kw: RunOutcome(
-        run_id="nightly-1", run_dir=Path("unused"), db_path=Path("unused"), exit_code=3, headline="REVERT",
+        run_id="nightly-1", run_dir=tmp_path / "run", db_path=tmp_path / "specwatch.duckdb", exit_code=3, headline="REVERT",
         decision="REVERT"))
     monkeypatch.setattr("flows.regression._add_history_checks", lambda outcome, baseline: [])
     state = regression(experiment_file=str(REPO / params["experiment_file"]), cluster="gpu-a",
