@@ -23,7 +23,7 @@ from cli.common import fail as _fail
 from flows import prefect_env
 from specwatch import paths
 from specwatch.resolve import load_spec, resolve, workload_problems
-from specwatch.spec import ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec
+from specwatch.spec import BisectSpec, ExperimentSpec, SamplingSpec, SpecError, WorkloadSpec
 
 if TYPE_CHECKING:
     from flows.ab import RunOutcome
@@ -53,6 +53,40 @@ def _load(file: Path) -> ExperimentSpec:
         raise _invalid(exc) from None
 
 
+def _load_bisect(file: Path) -> BisectSpec:
+    from specwatch.bisect.steps import resolve_bisect
+    from specwatch.spec import parse_bisect
+
+    try:
+        return resolve_bisect(parse_bisect(file), source=str(file))
+    except SpecError as exc:
+        raise _invalid(exc) from None
+
+
+def _bisect_plan(spec: BisectSpec) -> None:
+    """What `specwatch bisect` would run: the versions in order, the one metric and cells, the error bound, and
+    what one A/B (the endpoints') costs, built as the flow builds it."""
+    from specwatch.analysis.bisection import Pair, error_statement
+    from specwatch.bisect.steps import max_steps, step_experiment, version_of
+    from specwatch.plan import plan
+
+    table = Table(title=f"bisect plan: {spec.name} ({len(spec.images)} versions, oldest first)")
+    for col in ("#", "image", "version", "backend"):
+        table.add_column(col, overflow="fold")
+    for i, image in enumerate(spec.images):
+        table.add_row(str(i), image.name, version_of(image), image.backend)
+    out.print(table)
+    most = max_steps(spec)
+    ab = step_experiment(spec, Pair(0, len(spec.images) - 1, "endpoints"))
+    p = plan(ab)  # adaptive: up to max_rounds
+    out.print(f"metric {spec.metric} on {', '.join(spec.cells)}; the endpoints first, then at most {most} A/Bs in all",
+              highlight=False)
+    out.print(f"errors: {error_statement(spec.error, most)}", highlight=False)
+    out.print(f"one A/B: up to {p.launches} launches ({p.rounds} rounds), ~{p.seconds / 60:.1f} min; {most} A/Bs at "
+              f"most: up to ~{most * p.seconds / 3600:.1f} h (excluding first-time image builds, ~2 min each)",
+              highlight=False)
+
+
 def _invalid(exc: SpecError) -> typer.Exit:
     """A file that cannot run: one line per problem, exit 1."""
     err.print(f"[red]{escape(exc.source)} is invalid ({len(exc.problems)} problem(s)); nothing was started:[/red]")
@@ -69,11 +103,15 @@ def validate(
                                                      "each rank's exact launch and env file")] = False,
     db: DbOption = None,
 ) -> None:
-    """Check an experiment file and print its plan; exit 1 with one line per problem."""
+    """Check an experiment file (or a bisect file) and print its plan; exit 1 with one line per problem."""
     import shlex
 
     from specwatch.plan import PLAN_POWER, plan, planned_facts, rank_launches, rounds_plan
+    from specwatch.spec import is_bisect_file
 
+    if is_bisect_file(file):
+        _bisect_plan(_load_bisect(file))
+        return
     spec = _load(file)
     p = plan(spec)
     table = Table(title=f"plan: {spec.name} (baseline {spec.baseline}, {p.rounds} round(s) per arm)")
@@ -261,13 +299,7 @@ def bisect_command(
     json_path: Annotated[Path | None, typer.Option("--json", help="write the bisect's record as JSON")] = None,
 ) -> None:
     """Find which version changed a metric: endpoints, then midpoint A/Bs, each culprit verified afresh."""
-    from specwatch.bisect.steps import resolve_bisect
-    from specwatch.spec import parse_bisect
-
-    try:
-        spec = resolve_bisect(parse_bisect(file), source=str(file))
-    except SpecError as exc:
-        raise _invalid(exc) from None
+    spec = _load_bisect(file)
     from flows.bisection import bisect  # imports prefect: only after its environment is set
 
     try:

@@ -190,12 +190,27 @@ GOOD = bisect_doc(["http://127.0.0.1:9/a", "http://127.0.0.1:9/b", "http://127.0
                                               "remove arm.image"),
     ({"error": 0.7}, "error: Input should be less than 0.5 (got 0.7); fix: use a smaller value"),
 ])
-def test_bad_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, change: dict[str, Any], line: str) -> None:
-    res = CliRunner().invoke(app, ["bisect", str(write(tmp_path, {**GOOD, **change}))])
+@pytest.mark.parametrize("command", ["bisect", "validate"])
+def test_bad_input_is_one_line_naming_field_value_and_fix(tmp_path: Path, change: dict[str, Any], line: str,
+                                                          command: str) -> None:
+    res = CliRunner().invoke(app, [command, str(write(tmp_path, {**GOOD, **change}))])
     assert res.exit_code == 1
     problems = [ln.strip() for ln in res.stderr.splitlines()[1:]]
     assert len(problems) == 1 and line in problems[0], res.stderr
     assert "Traceback" not in res.output + res.stderr
+
+
+def test_validate_prints_a_bisect_files_plan_and_starts_nothing(tmp_path: Path) -> None:
+    res = CliRunner().invoke(app, ["validate", str(REPO / "examples/bisect-vllm-cpu.yaml")],
+                             env={"SPECWATCH_HOME": str(tmp_path)})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    for i, version in enumerate(["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]):
+        assert f"│ {i} │ cpu-{version} │ {version} │ venv │" in text
+    assert "metric mean_acceptance_length on c=1 prose; the endpoints first, then at most 8 A/Bs in all" in text
+    assert "each A/B decides at one-sided alpha 0.0083 = 0.1 / (1.5 x 8 A/Bs at most)" in text
+    assert "one A/B: up to 8 launches (4 rounds)" in text
+    assert not list(tmp_path.iterdir())  # nothing built, stored or started
 
 
 REPO = Path(__file__).resolve().parents[1]

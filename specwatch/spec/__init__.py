@@ -16,6 +16,7 @@ from specwatch.spec.load import (
     MAX_SPEC_VALUES,
     SpecError,
     format_validation_error,
+    is_bisect_file,
     parse_bisect,
     parse_spec,
     parse_stored,
@@ -32,6 +33,6 @@ __all__ = [
     "DesignSpec",
     "ExperimentSpec", "GeneratedModel", "HostSpec", "ImageSpec", "ModelSpec", "RampUpSpec", "RankSpec",
     "SamplingSpec", "SloSpec", "SpecError", "SpeculativeSpec", "SshSpec", "SweepSpec", "Thresholds", "VerdictSpec",
-    "WorkloadSpec", "corpus_name", "format_validation_error", "parse_bisect", "parse_spec", "parse_stored",
-    "problem_line",
+    "WorkloadSpec", "corpus_name", "format_validation_error", "is_bisect_file", "parse_bisect", "parse_spec",
+    "parse_stored", "problem_line",
 ]

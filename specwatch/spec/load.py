@@ -197,6 +197,16 @@ def parse_bisect(path: Path) -> BisectSpec:
     return _parse(path, BisectSpec, "name:, model:, images:, arm:, cells:, ...")
 
 
+def is_bisect_file(path: Path) -> bool:
+    """A bisect file has one `arm:` that every image runs where an experiment file has `arms:`; a file that
+    cannot be read is left to the experiment parser, which says why in one line."""
+    try:
+        raw = _read_yaml(path)
+    except SpecError:
+        return False
+    return isinstance(raw, dict) and "arm" in raw and "arms" not in raw
+
+
 _File = TypeVar("_File", ExperimentSpec, BisectSpec)
 
 
