@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specwatch import ranks
-from specwatch.analysis.metrics import acceptance_metrics, unknown_metrics
+from specwatch.analysis.metrics import unknown_metrics
 from specwatch.bench.corpus import read_corpus
 from specwatch.bench.prompts import SOURCES
 from specwatch.bench.protocols import PROTOCOLS
@@ -105,24 +105,8 @@ def _fields(spec: ExperimentSpec, stored: bool) -> Iterator[Problem]:
         yield ("workload", "duration_s"), problem
     if problem := unknown_metrics(spec.verdict.metrics):
         yield ("verdict", "metrics"), f"{problem}; fix: use those names"
-    if problem := _acceptance_compared(spec):
-        yield ("verdict", "metrics"), problem
     if spec.sweep is not None and (problem := _one_of("prompt class", spec.sweep.prompt_class, SOURCES)):
         yield ("sweep", "prompt_class"), problem
-
-
-def _acceptance_compared(spec: ExperimentSpec) -> str | None:
-    """Acceptance is bounded by k and shaped by the drafter: judged, it compares arms that draft alike (the
-    image or a flag is the variable), not k against k or a drafter against none."""
-    if not (names := acceptance_metrics(spec.verdict.metrics)):
-        return None
-    drafts = {(a.speculative.method, a.k) if a.speculative else None for a in spec.arms}
-    if len(drafts) == 1 and None not in drafts:
-        return None
-    return (f"{', '.join(names)} judged across arms that draft differently ("
-            f"{', '.join(sorted(f'{d[0]} k={d[1]}' if d else 'no speculation' for d in drafts))}): acceptance is "
-            "bounded by k and shaped by the drafter; fix: give every arm the same speculative method and k, or "
-            "judge a speed metric such as decode_tok_s")
 
 
 def _timed_comparison(spec: ExperimentSpec) -> str | None:

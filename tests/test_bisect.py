@@ -207,9 +207,9 @@ def test_validate_prints_a_bisect_files_plan_and_starts_nothing(tmp_path: Path) 
     text = " ".join(res.stdout.split())
     for i, version in enumerate(["0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0"]):
         assert f"│ {i} │ cpu-{version} │ {version} │ venv │" in text
-    assert "metric mean_acceptance_length on c=1 prose; the endpoints first, then at most 8 A/Bs in all" in text
+    assert "metric decode_tok_s on c=1 prose; the endpoints first, then at most 8 A/Bs in all" in text
     assert "each A/B decides at one-sided alpha 0.0083 = 0.1 / (1.5 x 8 A/Bs at most)" in text
-    assert "one A/B: up to 8 launches (4 rounds)" in text
+    assert "one A/B: up to 12 launches (6 rounds)" in text
     assert not list(tmp_path.iterdir())  # nothing built, stored or started
 
 

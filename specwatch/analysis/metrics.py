@@ -117,8 +117,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("goodput_tok_s", "goodput_tok_s", True, "tok/s", "goodput tok/s", ".1f", _field("goodput_tok_s"),
            judged=True, check=_GOODPUT, report=ReportColumn("goodput tok/s", ".1f")),
     Metric("mean_acceptance_length", "mean_acceptance_length", True, "tokens", "mean acceptance length", ".2f",
-           lambda c: c.window.mean_acceptance_length, judged=True, check=DeltaCheck("acceptance_length"),
-           acceptance=True, trend="acceptance"),
+           lambda c: c.window.mean_acceptance_length, check=DeltaCheck("acceptance_length"), acceptance=True,
+           trend="acceptance"),
     Metric("kv_cache_usage_peak", "kv_cache_usage_peak", True, "ratio", "KV-cache usage peak", ".3f",
            _field("kv_cache_usage_peak"), report=ReportColumn("KV peak", ".0%")),
 )
@@ -168,11 +168,6 @@ def report_columns() -> list[tuple[ReportColumn, list[Metric]]]:
         if m.report is not None:
             columns.setdefault(m.report, []).append(m)
     return list(columns.items())
-
-
-def acceptance_metrics(names: list[str]) -> list[str]:
-    """The names among `names` that are acceptance figures (comparable only at one method and k)."""
-    return [n for n in names if n in METRICS and METRICS[n].acceptance]
 
 
 def unknown_metrics(names: list[str]) -> str | None:
