@@ -28,6 +28,7 @@ from specwatch.spec import BisectSpec, ExperimentSpec, SamplingSpec, SpecError, 
 if TYPE_CHECKING:
     from flows.ab import RunOutcome
     from flows.calibrate import CalibrationOutcome
+    from specwatch.plan import Plan
     from specwatch.report.rows import VerdictRow
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -63,9 +64,9 @@ def _load_bisect(file: Path) -> BisectSpec:
         raise _invalid(exc) from None
 
 
-def _bisect_plan(spec: BisectSpec) -> None:
+def _bisect_plan(spec: BisectSpec, db: Path | None, power: bool) -> None:
     """What `specwatch bisect` would run: the versions in order, the one metric and cells, the error bound, and
-    what one A/B (the endpoints') costs, built as the flow builds it."""
+    what one A/B (the endpoints') costs, built as the flow builds it; with `power`, the rounds it needs."""
     from specwatch.analysis.bisection import Pair, error_statement
     from specwatch.bisect.steps import max_steps, step_experiment, version_of
     from specwatch.plan import plan
@@ -85,6 +86,31 @@ def _bisect_plan(spec: BisectSpec) -> None:
     out.print(f"one A/B: up to {p.launches} launches ({p.rounds} rounds), ~{p.seconds / 60:.1f} min; {most} A/Bs at "
               f"most: up to ~{most * p.seconds / 3600:.1f} h (excluding first-time image builds, ~2 min each)",
               highlight=False)
+    if power:  # each A/B at the step's alpha
+        _power(ab, p, db)
+
+
+def _power(spec: ExperimentSpec, p: Plan, db: Path | None) -> None:
+    """The rounds a call needs, from the variance stored for these cells as the run would look it up."""
+    from specwatch.plan import PLAN_POWER, planned_facts, rounds_plan
+    from specwatch.store.priors import PriorError, priors_for
+
+    most = spec.design.max_rounds if spec.design.adaptive and spec.design.max_rounds else spec.design.rounds
+    facts, why = planned_facts(spec)
+    try:
+        priors = priors_for(db or paths.default_db(), spec, facts) if facts is not None else {}
+    except PriorError as exc:
+        raise _fail(str(exc)) from None
+    if facts is None:
+        out.print(f"stored variance: none looked up ({why}; its digest and hash key the variance)", highlight=False)
+    for need in rounds_plan(spec, p, priors):
+        out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
+                  f"{PLAN_POWER:.0%} power after "
+                  + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
+                     else "more than 10,000 rounds: not reachable")
+                  + f" (paired sd {need.sd:.3f} per round, {need.source})"
+                  + (f"; this design stops at {most} round(s)" if (need.rounds or math.inf) > most else ""),
+                  highlight=False)
 
 
 def _invalid(exc: SpecError) -> typer.Exit:
@@ -106,11 +132,11 @@ def validate(
     """Check an experiment file (or a bisect file) and print its plan; exit 1 with one line per problem."""
     import shlex
 
-    from specwatch.plan import PLAN_POWER, plan, planned_facts, rank_launches, rounds_plan
+    from specwatch.plan import plan, rank_launches
     from specwatch.spec import is_bisect_file
 
     if is_bisect_file(file):
-        _bisect_plan(_load_bisect(file))
+        _bisect_plan(_load_bisect(file), db if launches else None, launches)
         return
     spec = _load(file)
     p = plan(spec)
@@ -134,25 +160,7 @@ def validate(
         out.print(f"sweep (specwatch sweep): depths {shown}, {sw.runs} timed run(s) per depth after one warm-up",
                   highlight=False)
     if launches:
-        most = spec.design.max_rounds if spec.design.adaptive and spec.design.max_rounds else spec.design.rounds
-        from specwatch.store.priors import PriorError, priors_for
-
-        facts, why = planned_facts(spec)
-        try:
-            priors = priors_for(db or paths.default_db(), spec, facts) if facts is not None else {}
-        except PriorError as exc:
-            raise _fail(str(exc)) from None
-        if facts is None:
-            out.print(f"stored variance: none looked up ({why}; its digest and hash key the variance)",
-                      highlight=False)
-        for need in rounds_plan(spec, p, priors):
-            out.print(f"power: a +-{need.effect:.0%} change at {need.level} is called in its direction with "
-                      f"{PLAN_POWER:.0%} power after "
-                      + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
-                         else "more than 10,000 rounds: not reachable")
-                      + f" (paired sd {need.sd:.3f} per round, {need.source})"
-                      + (f"; this design stops at {most} round(s)" if (need.rounds or math.inf) > most else ""),
-                      highlight=False)
+        _power(spec, p, db)
         for r in rank_launches(spec, p.platforms):
             out.print(f"\narm {r.arm} rank {r.rank} ({r.role}) on {r.host}:\n  {shlex.join(r.argv)}\n  env file:",
                       highlight=False, markup=False, soft_wrap=True)

@@ -211,6 +211,14 @@ def test_validate_prints_a_bisect_files_plan_and_starts_nothing(tmp_path: Path) 
     assert "each A/B decides at one-sided alpha 0.0083 = 0.1 / (1.5 x 8 A/Bs at most)" in text
     assert "one A/B: up to 12 launches (6 rounds)" in text
     assert not list(tmp_path.iterdir())  # nothing built, stored or started
+    # --plan: the rounds a step needs at its own alpha, which the 0.05 of a plain A/B would understate
+    res = CliRunner().invoke(app, ["validate", "--plan", str(REPO / "examples/bisect-vllm-cpu.yaml")],
+                             env={"SPECWATCH_HOME": str(tmp_path), "SPECWATCH_CACHE": str(tmp_path / "cache")})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "stored variance: none looked up (image 'cpu-0.27.0' is not built on this host yet" in text
+    need = re.search(r"a \+-10% change at every level is called in its direction with 80% power after (\d+) round", text)
+    assert need and int(need.group(1)) > 6 and "this design stops at 6 round(s)" in text, text
 
 
 REPO = Path(__file__).resolve().parents[1]
