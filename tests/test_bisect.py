@@ -217,7 +217,8 @@ def test_validate_prints_a_bisect_files_plan_and_starts_nothing(tmp_path: Path) 
     assert res.exit_code == 0, res.output
     text = " ".join(res.stdout.split())
     assert "stored variance: none looked up (image 'cpu-0.27.0' is not built on this host yet" in text
-    need = re.search(r"a \+-10% change at every level is called in its direction with 80% power after (\d+) round", text)
+    need = re.search(r"a \+-10% change at every level is called in its direction with 80% power after (\d+) round",
+                     text)
     assert need and int(need.group(1)) > 6 and "this design stops at 6 round(s)" in text, text
 
 
@@ -259,8 +260,8 @@ def test_the_nightly_revert_starts_a_flow_run_of_the_bisect_deployment_over_the_
     # history checks); what is real is the regression flow's branch and start_bisect against this API
     params = nightly["parameters"]
     monkeypatch.setattr("flows.regression.ab", lambda spec, **kw: RunOutcome(
-        run_id="nightly-1", run_dir=tmp_path / "run", db_path=tmp_path / "specwatch.duckdb", exit_code=3, headline="REVERT",
-        decision="REVERT"))
+        run_id="nightly-1", run_dir=tmp_path / "run", db_path=tmp_path / "specwatch.duckdb", exit_code=3,
+        headline="REVERT", decision="REVERT"))
     monkeypatch.setattr("flows.regression._add_history_checks", lambda outcome, baseline: [])
     state = regression(experiment_file=str(REPO / params["experiment_file"]), cluster="gpu-a",
                        bisect_versions=params["bisect_versions"], return_state=True)
