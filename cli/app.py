@@ -95,7 +95,6 @@ def _power(spec: ExperimentSpec, p: Plan, db: Path | None) -> None:
     from specwatch.plan import PLAN_POWER, planned_facts, rounds_plan
     from specwatch.store.priors import PriorError, priors_for
 
-    most = spec.design.max_rounds if spec.design.adaptive and spec.design.max_rounds else spec.design.rounds
     facts, why = planned_facts(spec)
     try:
         priors = priors_for(db or paths.default_db(), spec, facts) if facts is not None else {}
@@ -109,7 +108,7 @@ def _power(spec: ExperimentSpec, p: Plan, db: Path | None) -> None:
                   + (f"{need.rounds} round(s), about {need.minutes:.0f} min" if need.rounds is not None
                      else "more than 10,000 rounds: not reachable")
                   + f" (paired sd {need.sd:.3f} per round, {need.source})"
-                  + (f"; this design stops at {most} round(s)" if (need.rounds or math.inf) > most else ""),
+                  + (f"; this design stops at {p.rounds} round(s)" if (need.rounds or math.inf) > p.rounds else ""),
                   highlight=False)
 
 
