@@ -8,8 +8,9 @@ import json
 import httpx
 import pytest
 
-from specwatch.bench.client import BenchError, BenchTarget
+from specwatch.bench.client import BenchError, BenchTarget, Client
 from specwatch.bench.gates import Gates, gate
+from specwatch.bench.prompts import user
 from specwatch.bench.runner import CellsAborted, InProcess, prepare
 from specwatch.records import CellResult, RequestSample, SpecWindow
 from specwatch.spec import SamplingSpec, WorkloadSpec
@@ -206,3 +207,34 @@ def test_min_waves_gives_a_high_concurrency_cell_several_waves_and_leaves_the_ot
     assert four.completion_tokens == 12 * 16 and not four.rejected, four.reject_reason
     # the server saw the 16 measured requests (plus warm-ups and the c=4 warm-up wave), all of them whole
     assert sum(r["completion_tokens"] == 16 and r["status"] == "ok" for r in truth) >= 16
+
+
+def test_a_tokenize_whose_connection_the_server_dropped_is_sent_once_more() -> None:
+    """The server closes the first connection under the request (as uvicorn does to one past its keep-alive):
+    the calibration call is repeated on another connection instead of aborting the cell."""
+    async def main() -> tuple[int, int]:
+        connections = 0
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            head = await reader.readuntil(b"\r\n\r\n")
+            if connections > 1:
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length"))
+                await reader.readexactly(length)
+                body = b'{"count": 7}'
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with Client(BenchTarget(f"http://127.0.0.1:{port}", MODEL, "t1"), workload(), SamplingSpec()) as c:
+            count = await c.count(user("hello"))
+        server.close()
+        await server.wait_closed()
+        return count, connections
+
+    assert asyncio.run(main()) == (7, 2)

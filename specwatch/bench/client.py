@@ -62,6 +62,11 @@ METRICS_BACKOFF_S = (0.2, 0.5)
 # Besides its streams a cell keeps a /metrics poll and its window's snapshots in flight.
 SPARE_CONNECTIONS = 4
 
+# vLLM's API server (uvicorn) closes a connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE). httpx's
+# default expiry is the same 5 s, so a client reusing a connection at 4.9 s idle could write into one the
+# server is closing; dropping ours at 2 s leaves the race to a client stalled for seconds.
+KEEPALIVE_EXPIRY_S = 2.0
+
 
 def _error_message(resp: httpx.Response) -> str:
     """An OpenAI-style error body's message (vLLM: {"error": {"message": ...}}), else the text, on one line."""
@@ -80,7 +85,8 @@ class Client:
         self.sampling = sampling
         self.protocol: RequestProtocol = protocol_for(workload.protocol)
         limit = streams + SPARE_CONNECTIONS
-        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit,
+                              keepalive_expiry=KEEPALIVE_EXPIRY_S)
         self.http = httpx.AsyncClient(
             base_url=target.base_url,
             timeout=_timeout(workload),
@@ -93,16 +99,23 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.http.aclose()
 
+    async def _tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /tokenize, which changes nothing on the server: a request whose connection failed under it
+        (one a stalled client kept past the server's keep-alive, CI stop 29) is sent once more."""
+        try:
+            resp = await self.http.post("/tokenize", json=body)
+        except httpx.TransportError:
+            resp = await self.http.post("/tokenize", json=body)
+        resp.raise_for_status()
+        result: dict[str, Any] = resp.json()
+        return result
+
     async def count(self, messages: Conversation) -> int:
         """The prompt's token count as the protocol sends it (for chat: through the chat template)."""
-        resp = await self.http.post("/tokenize", json=self.protocol.tokenize_body(self.target.model, messages))
-        resp.raise_for_status()
-        return int(resp.json()["count"])
+        return int((await self._tokenize(self.protocol.tokenize_body(self.target.model, messages)))["count"])
 
     async def token_ids(self, text: str) -> list[int]:
-        resp = await self.http.post("/tokenize", json={"model": self.target.model, "prompt": text})
-        resp.raise_for_status()
-        body = resp.json()
+        body = await self._tokenize({"model": self.target.model, "prompt": text})
         return body.get("tokens") or [0] * int(body["count"])
 
     async def metrics(self) -> MetricsSnapshot:
