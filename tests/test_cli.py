@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from cli.app import app
 from specwatch.store.rundir import write_raw
 from specwatch_testing import records as rf
+from specwatch_testing.experiments import LOOSE_CLIENT_GATES
 from specwatch_testing.server import run_fake_vllm
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "cpu-ngram-generated.yaml"
@@ -85,6 +87,16 @@ def bench_args(url: str, *extra: str) -> list[str]:
             "--prompt-tokens", "32", "--max-tokens", "24", "--requests", "4", "--warmup", "1", *extra]
 
 
+@pytest.fixture
+def loose_client_gates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bench` with the client gates of a loaded host's tests: what these tests read is the output, not the
+    gates (CI stop 32: a c=2 cell rejected for a 53 ms loop lag p99 on a loaded 2-core host)."""
+    from specwatch.bench.gates import Gates
+
+    monkeypatch.setattr("specwatch.bench.gates.Gates", partial(Gates, **LOOSE_CLIENT_GATES))
+
+
+@pytest.mark.usefixtures("loose_client_gates")
 def test_bench_writes_the_documented_json(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     with run_fake_vllm(fake_args()) as url:
@@ -105,6 +117,7 @@ def test_bench_writes_the_documented_json(tmp_path: Path) -> None:
     assert len(cell["acceptance_per_position"]) == 3
 
 
+@pytest.mark.usefixtures("loose_client_gates")
 def test_bench_rate_cells_in_the_json(tmp_path: Path) -> None:
     out = tmp_path / "b.json"
     with run_fake_vllm(fake_args()) as url:
@@ -116,6 +129,9 @@ def test_bench_rate_cells_in_the_json(tmp_path: Path) -> None:
     assert (cell["request_rate"], cell["arrival"], cell["burstiness"]) == (20.0, "gamma", 2.0)
     assert cell["achieved_rate"] > 10 and cell["client_send_lateness_ms_p99"] >= 0
     assert "r=20/s" in res.output
+
+
+@pytest.mark.usefixtures("loose_client_gates")
 def test_bench_saves_vllm_results_with_goodput(tmp_path: Path) -> None:
     out = tmp_path / "vllm.jsonl"
     with run_fake_vllm(fake_args()) as url:
