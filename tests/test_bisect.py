@@ -86,10 +86,12 @@ def bisect_doc(urls: list[str], **extra: Any) -> dict[str, Any]:
         # rejection left the endpoints' A/B at n=2, inconclusive)
         "design": {"rounds": 3, "max_rounds": 4, "adaptive": True, "probes": 0},
         # ~9 decode steps a request: 16 tokens (~4 steps) left a fast-vs-fast A/B at +-6% on a loaded host, not
-        # inside the +-5% band; 3 requests, so that the cell's median ignores one stalled request
+        # inside a +-5% band; 3 requests, so that the cell's median ignores one stalled request
         "workload": {"prompt_tokens": 16, "max_tokens": 32, "requests_per_cell": 3, "warmup_requests": 0,
                      "warmup_wave": False},
-        "thresholds": LOOSE_CLIENT_GATES,
+        # a +-15% band: the planted steps are +-50-100%, and a loaded host's timing noise left a fast-vs-fast
+        # step at -0.4% [-5.7%, +5.3%] after 4 rounds, not inside +-5%
+        "thresholds": {**LOOSE_CLIENT_GATES, "noise_band": 0.15},
         **extra,
     }
 

@@ -80,10 +80,12 @@ def test_a_planted_zero_with_low_noise_is_no_change(tmp_path: Path) -> None:
 
 def test_a_batched_cell_sends_whole_waves_and_every_launch_completes_the_same_requests(tmp_path: Path) -> None:
     # c=16 with the default 16 whole waves: 256 requests from a file that asks for 16. The candidate's
-    # steps are 20% shorter, every boot draws its own speed (sd 5%) and each step slows with the batch,
-    # so the arms' speeds differ and vary: the requests each completes must not.
-    spec = planted(tmp_path, ["--launch-sd", "0.05", "--step-ms", "3", "--step-ms-per-seq", "0.05"],
-                   ["--launch-sd", "0.05", "--step-ms", "3", "--step-ms-per-seq", "0.05", "--slowdown", "0.8"])
+    # steps are half as long, every boot draws its own speed (sd 5%) and each step slows with the batch,
+    # so the arms' speeds differ and vary: the requests each completes must not. Steps of 10 ms, not 3: on a
+    # loaded host a 16-stream step of 3 ms was set by the CPU, not the planted sleep, and a 20% gain read
+    # -13% and +40% in its two rounds.
+    spec = planted(tmp_path, ["--launch-sd", "0.05", "--step-ms", "10", "--step-ms-per-seq", "0.05"],
+                   ["--launch-sd", "0.05", "--step-ms", "10", "--step-ms-per-seq", "0.05", "--slowdown", "0.5"])
     spec = resolve(spec.model_copy(update={
         "workload": spec.workload.model_copy(update={"concurrency": [16], "requests_per_cell": 16, "max_tokens": 24}),
         "design": spec.design.model_copy(update={"rounds": 2, "max_rounds": None, "adaptive": False}),
