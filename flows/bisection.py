@@ -29,7 +29,6 @@ from specwatch.runid import new_run_id
 from specwatch.spec import BisectSpec, SpecError
 from specwatch.store.db import DatabaseError
 from specwatch.store.priors import RunFacts, priors_for
-from specwatch.store.rundir import read_raw
 from tasks.bisection import store_bisect, write_bisect_report
 
 
@@ -66,7 +65,8 @@ def bisect(spec: BisectSpec, db: str | None = None, bisect_file: str | None = No
         if run.error:  # not an image that failed (that is a step outcome): the bisect cannot go on
             error = f"step {len(record.steps) + 1} ({step.name}): {run.error}"
             break
-        result = read_raw(run.run_dir)
+        result = run.result
+        assert result is not None, "an outcome without an error carries its run's record"
         done = step_record(record, pair, step, result, priors_for(db_path, step, RunFacts.of(result)))
         record = record.model_copy(update={"steps": [*record.steps, done]})
         logger.info("bisect %s step %d: %s (%s)", record.bisect_id, done.step, done.outcome, done.reason)

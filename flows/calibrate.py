@@ -13,7 +13,6 @@ from specwatch.resolve import resolve
 from specwatch.spec import ExperimentSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.priors import PriorError
-from specwatch.store.rundir import read_raw
 from tasks.priors import store_priors
 
 
@@ -35,7 +34,8 @@ def calibrate(experiment: ExperimentSpec, arm: str | None = None, rounds: int = 
     if run.error:
         return CalibrationOutcome(run=run, arm=calibrated, error=run.error)
     try:
-        variances = store_priors(run.db_path, aa, read_raw(run.run_dir), calibrated)
+        assert run.result is not None, "an outcome without an error carries its run's record"
+        variances = store_priors(run.db_path, aa, run.result, calibrated)
     except (DatabaseError, PriorError) as exc:
         return CalibrationOutcome(run=run, arm=calibrated, error=str(exc))
     get_run_logger().info("run %s: %d launch variance(s) of arm %s stored in %s", run.run_id, len(variances),

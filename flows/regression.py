@@ -1,5 +1,5 @@
-"""The scheduled cycle: run the experiment (the A/B flow as a subflow), then check every point
-against its baseline from history. A flagged run ends Failed("Regression") so the UI shows it,
+"""The scheduled cycle: run the experiment (the A/B flow as a subflow), checking every point against its
+baseline from history at the end of that run. A flagged run ends Failed("Regression") so the UI shows it,
 and notifies through the outbox and a Prefect webhook block (tasks/alerts.py).
 """
 
@@ -10,45 +10,16 @@ from typing import Literal, cast
 
 from prefect import flow, get_run_logger
 from prefect.states import Completed, Failed, State
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
-from flows.ab import RunOutcome, ab
-from specwatch.analysis.verdict import assess
+from flows.ab import ab
 from specwatch.bisect.steps import FollowUpError, bisect_after
-from specwatch.report.rows import verdict_rows
-from specwatch.resolve import load_spec, stored_spec
+from specwatch.engine.ending import HistoryBaseline
+from specwatch.resolve import load_spec
 from specwatch.spec import ExperimentSpec, SpecError
-from specwatch.store.priors import run_priors
-from specwatch.store.rundir import read_raw
 from tasks.alerts import deliver_notifications, enqueue_hint
-from tasks.quality import check_history
-from tasks.report import write_report
-from tasks.store import ingest_run
 
-
-class BaselinePolicy(BaseModel):
-    """Which past run each point is compared with (always within its own series)."""
-
-    policy: Literal["auto", "previous-image", "same-image", "run"] = Field(
-        default="auto", description="auto: the previous image version when history has one, else the same image"
-    )
-    run_id: str | None = Field(default=None, description="with policy 'run': the run to compare with")
-
-
-def _add_history_checks(outcome: RunOutcome, baseline: BaselinePolicy) -> list[str]:
-    """Adds the history checks to the run (DuckDB and results.json); returns the failures."""
-    result = read_raw(outcome.run_dir)
-    spec = stored_spec(result.experiment)
-    records = check_history(outcome.db_path, outcome.run_id, spec.thresholds, baseline.policy, baseline.run_id)
-    result.quality += records
-    ingest_run(result, outcome.run_dir, outcome.db_path, tables=("runs", "quality_results"))
-    # the report again, with the history checks: read back from the run dir, the run's verdict is decided anew
-    assessment = assess(result, spec, run_priors(outcome.db_path, spec, result))
-    write_report(result, outcome.run_dir, spec, assessment, verdict_rows(result, spec, assessment))
-    return [f"{q.arm} {q.cell}: {q.detail}" for q in records if not q.passed]
-
-
-DEFAULT_BASELINE = BaselinePolicy()  # frozen by Prefect into the parameter schema, never mutated
+DEFAULT_BASELINE = HistoryBaseline()  # frozen by Prefect into the parameter schema, never mutated
 
 
 def start_bisect(spec: ExperimentSpec, versions: list[str], deployment: str, db: str | None, cluster: str) -> str:
@@ -70,7 +41,7 @@ def start_bisect(spec: ExperimentSpec, versions: list[str], deployment: str, db:
 @flow(name="specwatch-regression", log_prints=True)
 def regression(
     experiment_file: str,
-    baseline: BaselinePolicy = DEFAULT_BASELINE,
+    baseline: HistoryBaseline = DEFAULT_BASELINE,
     cluster: str = "local",
     db: str | None = None,
     notify_block: str | None = None,
@@ -89,11 +60,11 @@ def regression(
         spec = load_spec(Path(experiment_file))
     except SpecError as exc:
         return Failed(message=f"invalid experiment file: {'; '.join(exc.problems)}")
-    outcome = ab(spec, db=db, experiment_file=str(Path(experiment_file).resolve()), cluster=cluster)
+    # the history checks run inside the A/B's end, before its one verdict and its one report
+    outcome = ab(spec, db=db, experiment_file=str(Path(experiment_file).resolve()), cluster=cluster, history=baseline)
     if outcome.error:
         return Failed(message=outcome.error)
-    history_failures = _add_history_checks(outcome, baseline)
-    flagged = history_failures + ([outcome.headline] if outcome.exit_code == 3 else [])
+    flagged = outcome.history + ([outcome.headline] if outcome.exit_code == 3 else [])
     if outcome.decision == "REVERT" and bisect_versions:
         flagged.append(start_bisect(spec, bisect_versions, bisect_deployment, db, cluster))
     message = f"run {outcome.run_id} regressed: " + "; ".join(flagged[:5]) + \

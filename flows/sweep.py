@@ -2,7 +2,8 @@
 timed single-stream runs -> ingest -> sanity, sweep and history checks -> sweep report.
 
 It reuses the A/B flow's runner (specwatch/engine/experiment.py: images, checkpoint, launches in
-counterbalanced round order); only what a launch measures differs (specwatch/bench/sweep.py).
+counterbalanced round order) and its end (specwatch/engine/ending.py, with the sweep's checks and report
+in place of a verdict); only what a launch measures differs (specwatch/bench/sweep.py).
 Depth-agnostic: the depths come from the file, or from the server's max_model_len.
 """
 
@@ -13,28 +14,13 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from flows.ab import RunOutcome, measure_guarded, stop_servers
+from flows.ab import RunOutcome, conducted, stop_servers
 from specwatch import paths
 from specwatch.engine import processes
 from specwatch.engine.experiment import new_result
-from specwatch.records import RunResult
 from specwatch.resolve import load_spec, resolve
 from specwatch.runid import new_run_id
 from specwatch.spec import ExperimentSpec, SpecError, SweepSpec
-from specwatch.store.db import DatabaseError
-from specwatch.store.rundir import write_raw
-from tasks.quality import check_history, check_quality, check_sweep
-from tasks.report import write_sweep_report
-from tasks.store import ingest_run
-
-
-def _headline(result: RunResult) -> str:
-    cells = [c for a in result.arms for c in a.cells]
-    measured = [c for c in cells if c.skip_reason is None and not c.rejected]
-    cliffs = [q for q in result.quality if q.check == "sweep.cliff" and not q.passed]
-    looped = [c for c in measured if c.loop_detected]
-    return (f"{len(measured)} point(s) measured, {len(cells) - len(measured)} skipped or rejected, "
-            f"{len(looped)} with a loop, {len(cliffs)} cliff(s)")
 
 
 @flow(name="specwatch-sweep", on_cancellation=[stop_servers], on_crashed=[stop_servers], log_prints=True)
@@ -61,22 +47,4 @@ def sweep(
                 plan.depths or "powers of two up to max_model_len", run_dir)
     result = new_result(spec, run_id, experiment_file)
     result.flow_run_id = flow_run.id
-    if (stopped := measure_guarded(spec, result, run_dir, db_path, cluster, plan)) is not None:
-        return stopped
-    try:
-        ingest_run(result, run_dir, db_path)
-        # rounds give sweep points their intervals; the A/B's single-boot band check does not apply
-        result.quality = check_quality(db_path, run_id, spec.baseline, spec.thresholds, regression_checks=False)
-        result.quality += check_sweep(db_path, run_id, spec.thresholds, plan.cliff_drop)
-        result.quality += check_history(db_path, run_id, spec.thresholds, "auto", None)
-        ingest_run(result, run_dir, db_path, tables=("runs", "quality_results"))
-    except DatabaseError as exc:
-        write_raw(result, run_dir)
-        return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=1, headline="not stored",
-                          error=f"{exc}; results kept in {run_dir}, load them with `specwatch ingest {run_dir}`")
-    report = write_sweep_report(result, run_dir, db_path)
-    headline = _headline(result)
-    logger.info("sweep %s: %s; report %s", run_id, headline, report)
-    return RunOutcome(run_id=run_id, run_dir=run_dir, db_path=db_path, exit_code=result.exit_code(),
-                      headline=headline, reasons=[f"{q.arm} {q.cell}: {q.detail}" for q in result.quality
-                                                  if not q.passed])
+    return conducted(spec, result, run_dir, db_path, cluster, sweep=plan)

@@ -353,6 +353,33 @@ class ClientCheck(_Record):
     send_lateness_ms_p99: float | None = None  # open loop: sent after the planned time by this much
 
 
+class ForeignProcess(_Record):
+    """A process outside the run (neither an arm's server nor the client) and what it used over a cell."""
+
+    pid: int
+    name: str  # the program and its first arguments, secrets redacted (specwatch.redact)
+    cores: float  # CPU seconds over the cell's window / its wall time
+
+
+class HostLoad(_Record):
+    """What the host did besides the run over one cell's window (engine/hostload.py): interference.
+
+    CPU figures are shares of the host's cores; None where the host does not report them (no PSI).
+    GPU figures are over the GPUs the arm's server holds; `gpu_error` says why they were not measured.
+    """
+
+    window_s: float  # the sampled span that covers the cell (samples every SAMPLE_S, so a little wider)
+    foreign_cpu: float  # CPU time of processes outside the run / (window x cores)
+    steal: float | None = None  # time the hypervisor gave this VM's CPUs to others / (window x cores)
+    cpu_pressure: float | None = None  # /proc/pressure/cpu "some": share of the window some task waited for a CPU
+    top: list[ForeignProcess] = []  # the busiest foreign processes, busiest first
+    gpu_foreign_processes: int | None = None  # compute processes on the arm's GPUs that are not the run's
+    gpu_foreign_memory_mib: float | None = None
+    gpu_sm_clock_ratio: float | None = None  # the lowest SM clock sampled / its maximum
+    gpu_throttle: list[str] = []  # NVML's clock event reasons seen in the window (thermal, power, ...)
+    gpu_error: str | None = None  # "not measured: ..." (no NVML, no GPU)
+
+
 class CellResult(_Record):
     load_mode: LoadMode = "closed"
     concurrency: int | None = None  # closed loop only
@@ -382,6 +409,9 @@ class CellResult(_Record):
     counters_error: str | None = None  # why the window has no counters (/metrics failed or did not parse)
     depth: int | None = None  # a sweep point's context depth (flows/sweep.py); None for A/B cells
     skip_reason: str | None = None  # a sweep depth that was not run (it does not fit the server), and why
+    opened_at: float | None = None  # Unix time the cell's window opened (its wall_s follows): host load's window
+    host: HostLoad | None = None  # interference over the window; None: not sampled (older runs, endpoints)
+    contaminated: str | None = None  # why the host was too busy for the cell to count (thresholds.host_*)
 
     @computed_field
     @property
@@ -606,7 +636,7 @@ class CellResult(_Record):
         slo = {f"slo_{k}": v for k, v in (self.slo or SloSpec()).model_dump().items()}
         # the client check as client_* columns (sql/migrations/008_client_check.sql)
         client = {f"client_{name}": getattr(self.client, name, None) for name in ClientCheck.model_fields}
-        return {**self.model_dump(exclude={"requests", "window", "slo", "client"}), **window, **slo, **client}
+        return {**self.model_dump(exclude={"requests", "window", "slo", "client", "host"}), **window, **slo, **client}
 
 
 class RankRecord(_Record):
@@ -721,6 +751,15 @@ class RecordedPrior(_Record):
     source: str
 
 
+class Redo(_Record):
+    """A launch measured while the host was busy, and run again in the same round (engine/experiment.py)."""
+
+    arm: str
+    round: int
+    reason: str  # the contaminated cells and what was busy
+    launch: ArmResult  # the launch as it was measured; no figure of it is read
+
+
 class RunResult(_Record):
     schema_version: Literal[5] = RESULTS_SCHEMA_VERSION
     run_id: str
@@ -736,8 +775,9 @@ class RunResult(_Record):
     quality: list[QualityRecord] = []
     started_at: datetime
     ended_at: datetime | None = None
-    # What cut the run short (Ctrl-C, cancellation, SIGTERM): it is stored as a partial run.
+    # What cut the run short (Ctrl-C, cancellation, SIGTERM, a host that stayed busy): stored as a partial run.
     interrupted: str | None = None
+    redos: list[Redo] = []  # launches run again because the host was busy, in the order they happened
 
     @property
     def partial(self) -> bool:

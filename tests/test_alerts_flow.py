@@ -13,7 +13,7 @@ import yaml
 
 from specwatch.engine.launchers import free_port
 from specwatch_testing.cli import specwatch
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
+from specwatch_testing.experiments import LOADED_HOST, endpoint_ab
 from specwatch_testing.records import query
 from specwatch_testing.server import run_fake_vllm
 from specwatch_testing.webhook import webhook_receiver
@@ -43,7 +43,7 @@ def nights(prefect_api: None, tmp_path_factory: pytest.TempPathFactory):
         doc = endpoint_ab("nightly-ab", base, cand, design={"rounds": 4, "probes": 0},
                           workload={"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 64,
                                     "concurrency": [1], "requests_per_cell": 3, "warmup_requests": 1})
-        doc["thresholds"] = LOOSE_CLIENT_GATES
+        doc["thresholds"] = LOADED_HOST
         experiment = tmp / "nightly.yaml"
         experiment.write_text(yaml.safe_dump(doc))
         first = regression(str(experiment), db=str(db), notify_block="alerts-hook", notify_format="json",

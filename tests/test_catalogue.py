@@ -122,12 +122,10 @@ def test_migration_014_moves_the_stored_runs_metrics_into_cell_metrics(tmp_path:
     """A database at schema 013 gets the rows ingest would have written, from the cells' columns."""
     result = _ab()
     con = rf.database_at(tmp_path / "old.duckdb", 13)
-    for table, frame in frames(result).items():
-        if table != "cell_metrics":  # the columns a database at 013 has: later migrations add more
-            old = {row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()}
-            # launches were numbered by `block` until migration 018
-            frame = frame.rename(columns={"round": "block"})
-            db.append(con, table, frame[[c for c in frame.columns if c in old]])
+    # the tables and columns a database at 013 has (later migrations add more); launches were numbered by
+    # `block` until migration 018
+    rf.append_as_stored(con, {t: f.rename(columns={"round": "block"}) for t, f in frames(result).items()
+                              if t != "cell_metrics"})
     assert db.migrate(con)[0] == "014_cell_metrics.sql"
     moved = con.execute("SELECT arm, round, cell, metric, value FROM cell_metrics").fetchall()
     con.close()

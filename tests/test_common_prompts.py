@@ -34,7 +34,7 @@ from specwatch.report.rows import verdict_rows
 from specwatch.spec import ArmSpec, ExperimentSpec, SweepSpec, WorkloadSpec
 from specwatch.store import queries
 from specwatch.store.ingest import ingest
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES, command_ab, endpoint_ab, fake_checkpoint
+from specwatch_testing.experiments import LOADED_HOST, command_ab, endpoint_ab, fake_checkpoint
 from specwatch_testing.server import run_fake_vllm
 
 LOG = logging.getLogger("test_common_prompts")
@@ -48,7 +48,7 @@ WORKLOAD = {"prompt_classes": ["code", "json"], "prompt_tokens": 48, "max_tokens
 def spec_of(base_url: str, cand_url: str, rounds: int = 2) -> ExperimentSpec:
     doc = endpoint_ab("crn", base_url, cand_url, design={"rounds": rounds, "probes": 2, "probe_tokens": 8},
                       workload=WORKLOAD)
-    doc["thresholds"] = LOOSE_CLIENT_GATES  # a loaded CI host's client gates are not what this is about
+    doc["thresholds"] = LOADED_HOST  # a loaded CI host's client gates are not what this is about
     return ExperimentSpec.model_validate(doc)
 
 

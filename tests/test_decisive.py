@@ -18,7 +18,7 @@ from specwatch.engine.launchers import LaunchContext
 from specwatch.records import ArmResult, CheckpointFacts, ImageRef, RunResult
 from specwatch.resolve import resolve
 from specwatch.spec import ArmSpec, ExperimentSpec, ModelSpec, SweepSpec
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES, command_ab, fake_checkpoint
+from specwatch_testing.experiments import LOADED_HOST, command_ab, fake_checkpoint
 
 LOG = logging.getLogger("test_decisive")
 DESIGN = {"rounds": 3, "max_rounds": 6, "adaptive": True, "probes": 0}
@@ -34,7 +34,7 @@ def planted(tmp: Path, base_args: list[str], cand_args: list[str]) -> Experiment
     doc["arms"][0]["speculative"] = doc["arms"][1]["speculative"]
     doc["design"] = {**DESIGN, "varies": ["args"]}
     doc["workload"] = {**doc["workload"], "max_tokens": 48, "requests_per_cell": 6}
-    doc["thresholds"] = LOOSE_CLIENT_GATES  # a loaded CI host must not reject cells: the noise is what is planted
+    doc["thresholds"] = LOADED_HOST  # a loaded CI host must not reject cells: the noise is what is planted
     return resolve(ExperimentSpec.model_validate(doc))
 
 

@@ -19,7 +19,7 @@ from specwatch.engine.launchers import free_port
 from specwatch.resolve import load_spec
 from specwatch.spec import ExperimentSpec
 from specwatch_testing.browser import screenshot
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES, endpoint_ab
+from specwatch_testing.experiments import LOADED_HOST, endpoint_ab
 from specwatch_testing.records import query
 from specwatch_testing.server import run_fake_vllm
 
@@ -154,7 +154,7 @@ def test_cancelling_a_deployed_run_stops_its_servers_and_stores_it_partial(stack
            "images": [{"name": "py", "backend": "python", "python": sys.executable}],
            "arms": [{"name": n, "image": "py", "launcher": "command", "command": slow, "speculative": ngram}
                     for n in ("base", "cand")],
-           "baseline": "base", "design": {"rounds": 1, "probes": 0}, "thresholds": LOOSE_CLIENT_GATES,
+           "baseline": "base", "design": {"rounds": 1, "probes": 0}, "thresholds": LOADED_HOST,
            "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 24, "max_tokens": 48,
                         "concurrency": [1], "requests_per_cell": 8, "warmup_requests": 1}}
     deployment = call(api.get, "/deployments/name/specwatch-ab/ab-on-demand").json()

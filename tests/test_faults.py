@@ -17,7 +17,7 @@ import pytest
 
 from specwatch.engine import processes
 from specwatch.spec import ExperimentSpec
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES
+from specwatch_testing.experiments import LOADED_HOST
 from specwatch_testing.records import query as q
 
 FAKE = ("{python} -m specwatch_testing.fake_vllm --port {port} --served-model-name {served_name} "
@@ -36,7 +36,7 @@ def experiment(ckpt: Path, cand_faults: str, rounds: int = 1, boot_timeout_s: fl
                  {"name": "cand", "image": "py", "launcher": "command", "command": f"{FAKE} {cand_faults}",
                   "speculative": NGRAM, "boot_timeout_s": boot_timeout_s}],
         "baseline": "base", "design": {"rounds": rounds, "probes": 0},
-        "thresholds": LOOSE_CLIENT_GATES,
+        "thresholds": LOADED_HOST,
         "workload": {"prompt_classes": CLASSES, "prompt_tokens": 24, "max_tokens": 12, "concurrency": [1],
                      "requests_per_cell": REQUESTS, "warmup_requests": 1, **workload}})
 

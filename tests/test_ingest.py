@@ -137,9 +137,7 @@ def test_migration_018_renames_block_to_round_and_keeps_the_rows(tmp_path: Path)
     stored = result.model_copy(update={"experiment": {**result.experiment, "design": {
         "blocks": 3, "max_blocks": 5, "adaptive": True}}})
     con = rf.database_at(tmp_path / "old.duckdb", 17)
-    for table, frame in frames(stored).items():  # as schema 17 had it: no variance_priors (019)
-        db.append(con, table, frame.rename(columns={"round": "block"}).drop(columns=["variance_priors"],
-                                                                             errors="ignore"))
+    rf.append_as_stored(con, {t: f.rename(columns={"round": "block"}) for t, f in frames(stored).items()})
     # 018 and every migration after it (a database at 17 has none of them)
     assert db.migrate(con) == [name for version, name, _ in db.migrations() if version >= 18]
     assert con.execute("select table_name from duckdb_columns() where column_name = 'block' "
@@ -172,8 +170,7 @@ def test_the_variances_a_run_read_are_kept_with_it_and_none_for_an_older_run(tmp
 
     older = rf.run("older")
     con = rf.database_at(tmp_path / "old.duckdb", 18)
-    for table, frame in frames(older).items():
-        db.append(con, table, frame.drop(columns=["variance_priors"], errors="ignore"))
+    rf.append_as_stored(con, frames(older))
     assert db.migrate(con) == [name for version, name, _ in db.migrations() if version >= 19]
     assert load(con, "older").variance_priors is None
     for run_id, kept in (("with", [RecordedPrior(cell="composite", metric="decode_tok_s", sd=0.043, df=3,

@@ -30,7 +30,7 @@ from specwatch.store.priors import (
 )
 from specwatch_testing import records as rf
 from specwatch_testing.cli import specwatch
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES, command_ab, endpoint_ab, fake_checkpoint
+from specwatch_testing.experiments import LOADED_HOST, command_ab, endpoint_ab, fake_checkpoint
 from specwatch_testing.records import query as q
 from specwatch_testing.server import run_fake_vllm
 
@@ -309,7 +309,7 @@ def test_calibrate_runs_an_aa_through_the_ab_flow_and_stores_its_variance(prefec
         # The A/A's variance is the point here, not the client's capacity. Both rounds must keep their cells:
         # 4 streams and 10 ms steps, so that one stream a loaded host's client read in a burst (1 of 4, within
         # bench/gates' 25%) does not reject a cell, as 1 of 3 did in a bisect test (CI stop 31).
-        doc["thresholds"] = LOOSE_CLIENT_GATES
+        doc["thresholds"] = LOADED_HOST
         got = calibrate(ExperimentSpec.model_validate(doc), arm="base", rounds=2, db=str(db))
         # The next plan of this experiment uses the variance the A/A measured (the key: this host, the
         # endpoint, no checkpoint), as the run would.

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specwatch_testing.experiments import LOADED_HOST
 from specwatch_testing.records import query as rows
 from specwatch_testing.server import run_fake_vllm
 from specwatch_testing.webhook import webhook_receiver
@@ -32,7 +33,7 @@ def experiment_file(tmp: Path, url: str) -> Path:
         "arms": [{"name": "main", "image": "img", "speculative": ngram}],
         "baseline": "main", "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         # wide enough for one launch on a loaded host, narrow enough for the planted -37.5%
-        "thresholds": {"noise_band": 0.2},
+        "thresholds": {**LOADED_HOST, "noise_band": 0.2},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 160, "concurrency": [1],
                      "requests_per_cell": 4, "warmup_requests": 1},
     }

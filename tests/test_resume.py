@@ -18,7 +18,7 @@ import yaml
 
 from specwatch import paths
 from specwatch.engine import orphans, processes
-from specwatch_testing.experiments import LOOSE_CLIENT_GATES
+from specwatch_testing.experiments import LOADED_HOST
 from specwatch_testing.records import query as q
 from specwatch_testing.server import REPO, child_pids
 
@@ -38,7 +38,7 @@ def write_experiment(tmp: Path) -> Path:
            "arms": [{"name": name, "image": "py", "launcher": "command", "command": FAKE, "speculative": NGRAM}
                     for name in ("base", "cand")],
            "baseline": "base", "design": {"rounds": 1, "probes": 0},
-           "thresholds": LOOSE_CLIENT_GATES,
+           "thresholds": LOADED_HOST,
            "workload": {"prompt_classes": ["code", "json"], "prompt_tokens": 24, "max_tokens": 48,
                         "concurrency": [1], "requests_per_cell": REQUESTS, "warmup_requests": 1}}
     path = tmp / "exp.yaml"

@@ -82,6 +82,11 @@ def _field(name: str) -> Callable[[CellResult], float | None]:
     return getter
 
 
+def _host(name: str) -> Callable[[CellResult], float | None]:
+    """A figure of the cell's host load (interference, engine/hostload.py); None where it was not sampled."""
+    return lambda cell: None if cell.host is None else getattr(cell.host, name)
+
+
 _GOODPUT = DeltaCheck("goodput")
 _LATENCY_P99 = DeltaCheck("latency_p99")  # a p99 is null under 100 requests (records.MIN_P99_REQUESTS)
 _TTFT = ReportColumn("TTFT p50/p99 ms", ".0f")
@@ -121,6 +126,17 @@ CATALOGUE: tuple[Metric, ...] = (
            trend="acceptance"),
     Metric("kv_cache_usage_peak", "kv_cache_usage_peak", True, "ratio", "KV-cache usage peak", ".3f",
            _field("kv_cache_usage_peak"), report=ReportColumn("KV peak", ".0%")),
+    # Interference over the cell's window: the conditions of a measurement, never judged (a contaminated
+    # cell's launch is run again instead: thresholds.host_*).
+    Metric("host_foreign_cpu", "host_foreign_cpu", False, "ratio", "foreign CPU share", ".3f",
+           _host("foreign_cpu")),
+    Metric("host_steal", "host_steal", False, "ratio", "CPU steal share", ".3f", _host("steal")),
+    Metric("host_cpu_pressure", "host_cpu_pressure", False, "ratio", "CPU pressure (PSI some)", ".3f",
+           _host("cpu_pressure")),
+    Metric("gpu_foreign_memory_mib", "gpu_foreign_memory_mib", False, "MiB", "foreign GPU memory", ".0f",
+           _host("gpu_foreign_memory_mib")),
+    Metric("gpu_sm_clock_ratio", "gpu_sm_clock_ratio", True, "ratio", "SM clock / max", ".3f",
+           _host("gpu_sm_clock_ratio")),
 )
 
 METRICS: dict[str, Metric] = {m.name: m for m in CATALOGUE if m.judged}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from specwatch.bench.client import Client
 from specwatch.bench.corpus import source_for
@@ -68,6 +69,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
     if wl.warmup_wave and key.concurrency:
         await warm_wave(client, key, prompts)
     before = await client.metrics()
+    opened_at = time.time()  # wall clock, which the host-load sampler of another process shares
     stop = asyncio.Event()
     # Open loop has no concurrency to reach, so the gauge (which costs the server) is not polled.
     sampler = asyncio.create_task(max_running(client, stop, key.concurrency)) if key.concurrency else None
@@ -116,6 +118,7 @@ async def run_cell(client: Client, key: CellKey, gates: Gates, fan: FanOut | Non
         prefix_cache_gate=wl.nonce and not source.reuses_prefixes,
         client=merge(run.checks, wl.client_transport, samples),
         counters_error=before.error or outcome.after.error,
+        opened_at=opened_at,
     )
     return gate(cell, gates)
 

@@ -21,11 +21,13 @@ from specwatch.bench.runner import CellRunner, CellsAborted, Isolated, prepare, 
 from specwatch.engine import gpu
 from specwatch.engine.checkpoint import arm_constraint_violations
 from specwatch.engine.handle import ServerHandle
+from specwatch.engine.hostload import HostSampler, contamination, gpu_watch
 from specwatch.engine.launchers import BootExit, LaunchContext, LaunchError
 from specwatch.engine.launchers.registry import LAUNCHERS, launcher_for
+from specwatch.engine.platforms import platform_of
 from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
-from specwatch.records import ArmResult, CheckpointFacts, ImageRef
-from specwatch.spec import EARLY_EXIT, ArmSpec, ExperimentSpec
+from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef
+from specwatch.spec import EARLY_EXIT, ArmSpec, ExperimentSpec, Thresholds
 
 log = logging.getLogger("specwatch.arm")
 _K_IN_LOG = re.compile(r"num_spec_tokens=(\d+)")
@@ -113,6 +115,20 @@ def _abort_reason(handle: ServerHandle, exc: CellsAborted) -> str:
     return f"{exc}; server stopped"
 
 
+def with_host_load(cells: list[CellResult], sampler: HostSampler, thresholds: Thresholds) -> list[CellResult]:
+    """Each cell with what the host did besides the run over its window; a contaminated cell is rejected
+    for it too, so that no round value is ever read from it (the round's launch runs again: experiment.py)."""
+    out = []
+    for cell in cells:
+        load = sampler.load(cell.opened_at, cell.wall_s)
+        busy = contamination(load, thresholds)
+        update: dict[str, object] = {"host": load, "contaminated": busy}
+        if busy and not cell.rejected:
+            update |= {"rejected": True, "reject_reason": busy}
+        out.append(cell.model_copy(update=update))
+    return out
+
+
 def run_arm(
     arm: ArmSpec,
     spec: ExperimentSpec,
@@ -172,10 +188,13 @@ def _launch_once(
             confirm_k(arm, handle, snapshot)
             record_kv_capacity(handle, snapshot)
             probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
-            try:
-                cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
-            except CellsAborted as exc:
-                aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
+            sampler = HostSampler(extra_roots=handle.local_roots,
+                                  gpus=gpu_watch(platform_of(image.package).name, handle.record.env))
+            with sampler:
+                try:
+                    cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
+                except CellsAborted as exc:
+                    aborted = exc, _abort_reason(handle, exc)  # before the stop: a stopped server has exited too
         if handle.gpu_held:  # the measurement stands; the next launch's precheck would refuse this GPU
             log.warning("arm %s round %d: %s", arm.name, round_no, handle.gpu_held)
             base["reason"] = handle.gpu_held
@@ -187,8 +206,10 @@ def _launch_once(
                     "rejected": True, "reject_reason": "; ".join(filter(None, [reason, last.reject_reason]))})]
             else:
                 cells = [*stopped.cells, aborted_cell(stopped.key, spec.workload, reason)]
+            cells = with_host_load(cells, sampler, spec.thresholds)
             return ArmResult.model_validate({**base, "status": "failed", "reason": reason, "cells": cells,
                                              "probes": probes, "launch": handle.record, "ended_at": datetime.now(UTC)})
+        cells = with_host_load(cells, sampler, spec.thresholds)
         return ArmResult.model_validate({**base, "status": "ok", "launch": handle.record, "cells": cells,
                                          "probes": probes, "ended_at": datetime.now(UTC)})
     except (LaunchError, BenchError, httpx.HTTPError, OSError) as exc:

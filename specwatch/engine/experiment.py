@@ -25,12 +25,13 @@ from specwatch.analysis.verdict import decisions
 from specwatch.bench.runner import CellCallback
 from specwatch.engine import orphans
 from specwatch.engine.checkpoint import CheckpointError, PythonRunner
+from specwatch.engine.hostload import busy_line
 from specwatch.engine.images import ImageError, model_python
 from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import stoppers
 from specwatch.engine.namespaces import launch_namespace, nonce_scopes
 from specwatch.host import host_facts
-from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, RunResult
+from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef, Provenance, Redo, RunResult
 from specwatch.spec import ArmSpec, ExperimentSpec, ImageSpec, ModelSpec, SweepSpec
 from specwatch.store.db import DatabaseError
 from specwatch.store.ingest import ingest
@@ -42,6 +43,11 @@ UNFINISHED = "unfinished: the flow stopped during this launch"
 
 class ResumeRefused(Exception):
     """A resumed run's earlier launches measured other images or another checkpoint."""
+
+
+class HostBusy(Exception):
+    """A launch was contaminated by the host's other work with no redo left (design.max_redos): the run stops,
+    stored as a partial run that `--resume` continues."""
 
 
 class Log(Protocol):
@@ -214,19 +220,36 @@ class _Rounds:
         self.resolved: dict[str, ArmSpec] = {}
         self.scopes = nonce_scopes(spec)  # what each arm's nonces are unique to (engine/namespaces.py)
         self.done = {(a.name, a.round) for a in result.arms}  # a resumed run's finished launches
+        self.redos_left = spec.design.max_redos  # per attempt: a resumed run gets the budget anew
         for a in result.arms:  # a k-ladder's outcome sticks across the resume too
             if a.status == "ok" and a.k != self.spec.arm(a.name).k:
                 self.resolved[a.name] = self.spec.arm(a.name).with_k(a.k)
 
     def run(self, name: str, round_no: int) -> None:
-        log = self.hooks.log
+        """The round's launch of arm `name`, run again while the host's other work contaminated it (the round's
+        pairing and its place in the counterbalanced order stay); HostBusy when no redo is left."""
         if (name, round_no) in self.done:
-            log.info("arm %s round %d: finished before the resume; kept, not run again", name, round_no)
+            self.hooks.log.info("arm %s round %d: finished before the resume; kept, not run again", name, round_no)
             return
+        while (busy := self._launch(name, round_no)) is not None:
+            launch, reason = busy
+            self.result.redos.append(Redo(arm=name, round=round_no, reason=reason, launch=launch))
+            write_raw(self.result, self.run_dir)
+            if self.redos_left == 0:
+                raise HostBusy(f"host busy: {busy_line(launch.cells)} (arm {name} round {round_no}, after "
+                               f"{self.spec.design.max_redos} redo(s), design.max_redos); nothing decided")
+            self.redos_left -= 1
+            self.hooks.log.warning("arm %s round %d: %s; the launch runs again (%d redo(s) left)", name, round_no,
+                                   reason, self.redos_left)
+
+    def _launch(self, name: str, round_no: int) -> tuple[ArmResult, str] | None:
+        """One launch, recorded; or, when the host's other work contaminated a cell of it, the launch and why
+        (it is not recorded among the arms: no figure of it is read)."""
+        log = self.hooks.log
         arm = self.resolved.get(name) or self.spec.arm(name)
         if arm.image in self.image_errors:
             self.result.arms.append(_failed(arm, round_no, f"image {arm.image}: {self.image_errors[arm.image]}"))
-            return
+            return None
         for line in orphans.sweep(stoppers()):  # servers a killed run left behind hold the machine: stop them first
             log.warning("%s", line)
         host = {h.name: h for h in self.spec.hosts}.get(arm.host)  # None: this machine
@@ -252,6 +275,9 @@ class _Rounds:
                                     namespace=launch_namespace(self.result.run_id, round_no, name, self.scopes[name]),
                                     round_no=round_no, on_cell=on_cell, sweep=self.sweep)
         self.result.arms.remove(running)
+        if outcome.status == "ok" and (hit := [c for c in outcome.cells if c.contaminated]):
+            return outcome, f"{len(hit)} of {len(outcome.cells)} cell(s) contaminated, first {hit[0].key.label}: " \
+                            f"{hit[0].contaminated}"
         if outcome.status == "ok" and outcome.k != arm.k:
             self.resolved[name] = arm.with_k(outcome.k)
         rejected = sum(c.rejected for c in outcome.cells)
@@ -259,6 +285,7 @@ class _Rounds:
                  len(outcome.cells), rejected, f" ({outcome.reason})" if outcome.reason else "")
         self.result.arms.append(outcome)
         write_raw(self.result, self.run_dir)  # each finished launch is on disk before the next one starts
+        return None
 
 
 def _keep_partial(result: RunResult, run_dir: Path, db_path: Path, exc: BaseException, log: Log) -> None:

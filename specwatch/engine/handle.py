@@ -34,6 +34,11 @@ class Member(Protocol):
 
     def stop(self) -> None: ...
 
+    def local_pid(self) -> int | None:
+        """The pid on this machine at the top of its process tree, where that is not below specwatch's own
+        (a container's init, a rank on a loopback "remote" host); host load counts that tree as the run's."""
+        ...
+
 
 @dataclass
 class ProcessMember:
@@ -62,6 +67,9 @@ class ProcessMember:
 
     def sync_log(self) -> None:
         pass  # the process writes log_path itself
+
+    def local_pid(self) -> int | None:
+        return self.proc.pid
 
     def stop(self) -> None:
         processes.stop(self.proc, grace_s=self.grace_s)
@@ -128,6 +136,10 @@ class ServerHandle:
         """'port N: pid P (cmd)' for each member whose port another process holds: a taken port."""
         return [f"port {m.port}: {who}" for m in self.members
                 if isinstance(m, ProcessMember) and (who := m.foreign_listener()) is not None]
+
+    def local_roots(self) -> list[int]:
+        """Every member's process tree on this machine (engine/hostload.py: the run's, not foreign)."""
+        return [pid for m in self.members if (pid := m.local_pid()) is not None]
 
     def dead(self) -> Member | None:
         """The first member that ended, if one did."""

@@ -8,6 +8,7 @@ must not depend on one long-lived session.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import shlex
 import time
 from dataclasses import asdict
@@ -98,6 +99,14 @@ def _remember(run_id: str, remote: Remote, pid: int) -> LaunchTrace | None:
                                         route))
 
 
+def on_this_machine(address: str) -> bool:
+    """A "remote" host on loopback (a test host, an sshd of this machine): its pids are this machine's."""
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
 class RemoteMember:
     """A server process on a remote host, in its own process group there."""
 
@@ -112,6 +121,9 @@ class RemoteMember:
         assert self.log_path is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log_path.write_text(self.remote.run(f"cat {shlex.quote(self.remote_log)} 2>/dev/null || true")[1])
+
+    def local_pid(self) -> int | None:
+        return self.pid if on_this_machine(self.host) else None
 
     def exit_code(self) -> int | None:
         if self.remote.alive(self.pid):
@@ -151,6 +163,12 @@ class RemoteContainer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         code, out, err = self.docker(f"logs {shlex.quote(self.name)}")
         self.log_path.write_text(out + err)
+
+    def local_pid(self) -> int | None:
+        if not on_this_machine(self.host):
+            return None
+        code, out, _ = self.docker("inspect -f '{{.State.Pid}}' " + shlex.quote(self.name))
+        return int(out.strip()) if code == 0 and out.strip().isdigit() and int(out.strip()) else None
 
     def exit_code(self) -> int | None:
         code, out, _ = self.docker("inspect -f '{{.State.Running}} {{.State.ExitCode}}' " + shlex.quote(self.name))

@@ -17,6 +17,7 @@ from specwatch.records import CellResult, RunResult
 from specwatch.report import plots
 from specwatch.report.classes import class_section
 from specwatch.report.decision import decision_lines
+from specwatch.report.interference import interference_lines
 from specwatch.report.rows import VerdictRow, headline, metric_rows
 from specwatch.spec import ExperimentSpec, WorkloadSpec
 from specwatch.spec.workload import BATCHED_CONCURRENCY
@@ -83,6 +84,7 @@ def _conditions(result: RunResult, spec: ExperimentSpec) -> list[str]:
         f", one-sided alpha {design.alpha:g} per call; counterbalanced order "
         f"{' '.join(f'{a.name}#{a.round}' for a in result.arms)}; varies "
         f"{design.varies or 'inferred'}; {design.probes} greedy probe(s) of {design.probe_tokens} tokens per arm",
+        *interference_lines(result, spec.thresholds),
     ]
     return lines
 
@@ -224,6 +226,9 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
         if n < 3:
             notes.append(f"- `{arm}` has {n} completed round(s); fewer than 3 without a stored variance leaves no "
                          "interval")
+    if result.redos:
+        notes.append(f"- the host was busy during {len(result.redos)} launch(es), each measured again in its round "
+                     "(Conditions); none of their figures is read")
     for a in result.arms:
         if a.fallback_reason:
             notes.append(f"- `{a.name}` round {a.round} ran k={a.k} instead of k={a.k_requested}: {a.fallback_reason}")

@@ -35,6 +35,9 @@ class DesignSpec(Strict):
     allow_confounded: bool = False
     probes: Annotated[Requests, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
     probe_tokens: Annotated[Tokens, Field(ge=2)] = 32
+    max_redos: Annotated[int, Field(ge=0)] = Field(
+        default=3, description="launches run again, per run, because the host was busy during them "
+                               "(thresholds.host_*); one more contaminated launch ends the run as 'host busy'")
     variance_from: str | None = Field(default=None, description="the run id of an A/A calibration (specwatch "
                                       "calibrate), or a file it was exported to (*.json, relative to the "
                                       "experiment file), whose launch variance this run uses, and no other; "

@@ -21,18 +21,21 @@ from specwatch.records import (
     CheckpointFacts,
     ClientCheck,
     HostFacts,
+    HostLoad,
     ImageRef,
     LaunchRecord,
     Provenance,
     QualityRecord,
     RankRecord,
+    Redo,
     RequestSample,
     RunResult,
     SpecWindow,
 )
 from specwatch.store import db
 
-TABLES = ("runs", "arms", "cells", "cell_metrics", "requests", "spec_positions", "quality_results", "probes", "ranks")
+TABLES = ("runs", "arms", "cells", "cell_metrics", "requests", "spec_positions", "quality_results", "probes", "ranks",
+          "redos")
 
 
 def frames(result: RunResult) -> dict[str, pd.DataFrame]:
@@ -107,7 +110,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             ckey = {**key, "cell": cell.cell}
             summary = cell.summary()
             del summary["acceptance_per_position"]  # stored per position in spec_positions
-            cells.append({**ckey, **summary})
+            cells.append({**ckey, **summary, "host": cell.host.model_dump_json() if cell.host else None})
             metrics += [{**ckey, "metric": name, "value": value} for name, value in cell_values(cell).items()]
             for r in cell.requests:
                 row = r.model_dump()
@@ -123,8 +126,12 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
                 positions.append({**ckey, "position": pos, "accepted": acc, "acceptance": rate})
     quality = [{"run_id": result.run_id, **q.model_dump(exclude={"check"}), "check_name": q.check}
                for q in result.quality]
+    redos = [{"run_id": result.run_id, "seq": seq, "arm": r.arm, "round": r.round, "reason": r.reason,
+              "started_at": r.launch.started_at, "ended_at": r.launch.ended_at, "launch": r.launch.model_dump_json()}
+             for seq, r in enumerate(result.redos, 1)]
     data = {"runs": runs, "arms": arms, "cells": cells, "cell_metrics": metrics, "requests": requests,
-            "spec_positions": positions, "quality_results": quality, "probes": probes, "ranks": ranks}
+            "spec_positions": positions, "quality_results": quality, "probes": probes, "ranks": ranks,
+            "redos": redos}
     return {table: pd.DataFrame(rows) for table, rows in data.items()}
 
 
@@ -192,6 +199,7 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         limits = {name: c[f"slo_{name}"] for name in SLO_NAMES if c[f"slo_{name}"] is not None}
         client = {name: c[f"client_{name}"] for name in ClientCheck.model_fields}
         cell = CellResult.model_validate({**_own(CellResult, c), "window": window, "slo": limits or None,
+                                          "host": c["host"] and HostLoad.model_validate_json(c["host"]),
                                           "client": ClientCheck.model_validate(client)
                                           if client["workers"] is not None else None,
                                           "requests": sorted(
@@ -220,6 +228,8 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         }))
     quality = [QualityRecord.model_validate(_own(QualityRecord, q, check="check_name"))
                for q in _rows(con, "quality_results", run_id)]
+    redos = [Redo(arm=r["arm"], round=r["round"], reason=r["reason"], launch=ArmResult.model_validate_json(r["launch"]))
+             for r in _rows(con, "redos", run_id)]
     host = HostFacts.model_validate_json(run["host"])
     checkpoint = CheckpointFacts.model_validate_json(run["checkpoint"]) if run["checkpoint"] else None
     return RunResult(
@@ -228,5 +238,5 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
         variance_priors=None if run.get("variance_priors") is None else json.loads(run["variance_priors"]),
         provenance=Provenance(specwatch_version=run["specwatch_version"], host=host,
                               experiment_file=run["experiment_file"], experiment_sha256=run["experiment_sha256"]),
-        started_at=run["started_at"], ended_at=run["ended_at"], interrupted=run.get("interrupted"),
+        started_at=run["started_at"], ended_at=run["ended_at"], interrupted=run.get("interrupted"), redos=redos,
     )

@@ -10,6 +10,10 @@ from typing import Any
 # For tests about faults or ranks, not the client's capacity: on a loaded CI host the client-saturation
 # gates would reject healthy cells and hide what the test is about.
 LOOSE_CLIENT_GATES = {"client_loop_lag_ms": 5000, "client_cpu_share": 1.0, "client_send_lateness_ms": 5000}
+# The same for a whole experiment on a loaded host: its cells are not contaminated by the host's other work
+# either (thresholds.host_*: no foreign share exceeds the whole host), so no launch is run again for it.
+# tests/test_interference.py is what tests that gate.
+LOADED_HOST = {**LOOSE_CLIENT_GATES, "host_foreign_cpu": 1.0, "host_steal": 1.0}
 
 # What a loaded 2-core CI host does to a healthy cell of a CPU server: the client, or the API server
 # that shares its core, is starved of CPU, and the gates reject the cell for it, rightly (measured:
@@ -36,6 +40,7 @@ def endpoint_ab(name: str, base_url: str, cand_url: str, design: dict[str, Any],
         "baseline": "base",
         "design": design,
         "workload": workload,
+        "thresholds": LOADED_HOST,  # a test that gates on the host's load sets its own (test_interference.py)
     }
 
 
@@ -59,6 +64,7 @@ def command_ab(name: str, checkpoint: str, python: str, env: dict[str, str] | No
         "images": [{"name": "here", "backend": "python", "python": python}],
         "arms": [arm("k2", 2), arm("k3", 3)],
         "baseline": "k2",
+        "thresholds": LOADED_HOST,  # a test that gates on the host's load sets its own (test_interference.py)
         "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
                      "requests_per_cell": 2, "warmup_requests": 1},

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 
 from specwatch import records as r
 from specwatch.spec import SloSpec
@@ -77,3 +78,13 @@ def database_at(path: Path, version: int) -> duckdb.DuckDBPyConnection:
             con.execute(text)
             con.execute(db.load_sql("migration_record.sql"), {"version": number, "name": name})
     return con
+
+
+def append_as_stored(con: duckdb.DuckDBPyConnection, frames: dict[str, pd.DataFrame]) -> None:
+    """Each frame into the table of that name as an older database (`database_at`) has it: the tables and
+    columns later migrations add are left out, as the specwatch of that schema would have written them."""
+    tables = {t for (t,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+    for table, frame in frames.items():
+        if table in tables:
+            columns = {c for (c, *_) in con.execute(f"DESCRIBE {table}").fetchall()}
+            db.append(con, table, frame[[c for c in frame.columns if c in columns]])

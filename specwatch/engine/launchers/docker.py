@@ -57,6 +57,9 @@ class ContainerMember:
     def sync_log(self) -> None:
         pass  # follow_logs copies the container's output as it comes
 
+    def local_pid(self) -> int | None:
+        return int(self.container.attrs.get("State", {}).get("Pid") or 0) or None
+
     def stop(self) -> None:
         from docker.errors import APIError, NotFound
 

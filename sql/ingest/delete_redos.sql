@@ -1,0 +1,1 @@
+DELETE FROM redos WHERE run_id = $run_id;

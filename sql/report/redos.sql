@@ -1,0 +1,1 @@
+SELECT * FROM redos WHERE run_id = $run_id ORDER BY seq;
