@@ -667,6 +667,7 @@ class LaunchRecord(_Record):
     kv_cache_tokens: int | None = None
     kv_cache_source: Literal["metrics", "boot_log"] | None = None
     ranks: list[RankRecord] = []
+    client_cores: list[int] | None = None  # the cores the client measured from (engine/placement.py); None: any
 
     # The server's batch and memory limits, as its command line set them (a GPU platform always
     # sets both: specwatch.engine.platforms); None = the vLLM build's own default.

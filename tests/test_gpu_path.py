@@ -49,7 +49,7 @@ def nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _launch(tmp_path: Path, package: str, arm_args: list[str],
-            max_concurrency: int) -> tuple[list[str], dict, LaunchRecord]:
+            max_concurrency: int, cpu_share: str = "cores") -> tuple[list[str], dict, LaunchRecord]:
     """Start an arm with a stand-in python that writes its argv and env, and read them back."""
     dump = tmp_path / "dump.json"
     python = tmp_path / "python"
@@ -59,7 +59,7 @@ def _launch(tmp_path: Path, package: str, arm_args: list[str],
     arm = ArmSpec(name="a", image="i", args=arm_args)
     image = ImageRef(name="i", backend="python", package=package, python=python)
     ctx = LaunchContext(model_dir=tmp_path, served_name="demo", arm_dir=tmp_path / "arm",
-                        max_concurrency=max_concurrency)
+                        max_concurrency=max_concurrency, cpu_share=cpu_share)
     with launcher_for(arm, image).start(arm, image, ctx) as handle:
         handle.members[0].proc.wait(20)  # type: ignore[attr-defined]
     seen = json.loads(dump.read_text())
@@ -72,7 +72,8 @@ def test_a_gpu_server_gets_explicit_memory_and_batch_limits(tmp_path: Path) -> N
     assert argv[argv.index("--max-num-seqs") + 1] == "512"  # never below the workload's highest concurrency
     assert (record.gpu_memory_utilization, record.max_num_seqs) == (0.9, 512)
     assert "VLLM_CPU_KVCACHE_SPACE" not in env and env["NCCL_NVLS_ENABLE"] == "0"
-    assert record.argv[0] != "nice"  # a GPU server does not share the client's cores
+    # a GPU server does not share the client's cores: no priority, no binding, the client anywhere
+    assert record.argv[0] != "nice" and "VLLM_CPU_OMP_THREADS_BIND" not in env and record.client_cores is None
 
 
 def test_the_arms_own_limits_win_and_are_recorded(tmp_path: Path) -> None:
@@ -88,7 +89,13 @@ def test_a_cpu_server_keeps_its_platform_defaults(tmp_path: Path) -> None:
     argv, env, record = _launch(tmp_path, "vllm-cpu", [], max_concurrency=512)
     assert "--gpu-memory-utilization" not in argv and "--max-num-seqs" not in argv
     assert (record.gpu_memory_utilization, record.max_num_seqs) == (None, None)
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and record.argv[:3] == ["nice", "-n", "10"]
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and record.argv[0] != "nice"
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) > 1:  # cpu_share cores: the engine's threads on all but the first, the client on the first
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == ",".join(map(str, cores[1:])) and record.client_cores == cores[:1]
+    _, niced, by_nice = _launch(tmp_path, "vllm-cpu", [], max_concurrency=1, cpu_share="nice")
+    assert by_nice.argv[:3] == ["nice", "-n", "10"] and by_nice.client_cores is None
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in niced
 
 
 def test_host_facts_and_the_precheck_read_nvidia_smi(nvidia_smi: Path) -> None:

@@ -22,7 +22,7 @@ from specwatch.engine.launchers import LaunchContext
 from specwatch.engine.launchers.registry import launcher_for
 from specwatch.records import ImageRef, RequestSample
 from specwatch.spec import ArmSpec, ExperimentSpec, SamplingSpec, WorkloadSpec
-from specwatch_testing.experiments import accepted_or_host_starved
+from specwatch_testing.experiments import ANY_HOST, accepted_or_host_starved
 from specwatch_testing.records import query as rows
 
 pytestmark = pytest.mark.real
@@ -74,6 +74,7 @@ def test_chat_cells_through_the_models_template(server: str, real_model: Path, t
     spec = on_the_server(server, real_model, {
         "name": "real-chat",
         "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
+        "thresholds": ANY_HOST,  # the host's other work is tested in test_interference.py
         # 512: vLLM on CPU caches whole 128-token blocks, so multi-turn prefixes must span a few
         "workload": {"protocol": "chat", "prompt_classes": ["code", "prose", "multiturn"], "prompt_tokens": 512,
                      "max_tokens": 64, "concurrency": [2], "requests_per_cell": 8, "warmup_requests": 1},
@@ -122,6 +123,7 @@ def test_a_short_sweep_through_the_flow(server: str, real_model: Path, prefect_a
     spec = on_the_server(server, real_model, {
         "name": "real-sweep",
         "design": {"rounds": 1, "probes": 0},
+        "thresholds": ANY_HOST,  # the host's other work is tested in test_interference.py
         # Prose answered through the chat template, without nonces, so the model writes the same answers every
         # time: ordinary ones, which the loop detector must not mistake for loops (looked at: two readings of
         # the island story at 512 and 900, 3-gram repetition <= 0.15). SmolLM2-135M under greedy decoding does

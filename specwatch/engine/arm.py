@@ -24,6 +24,7 @@ from specwatch.engine.handle import ServerHandle
 from specwatch.engine.hostload import HostSampler, contamination, gpu_watch
 from specwatch.engine.launchers import BootExit, LaunchContext, LaunchError
 from specwatch.engine.launchers.registry import LAUNCHERS, launcher_for
+from specwatch.engine.placement import client_on
 from specwatch.engine.platforms import platform_of
 from specwatch.engine.ready import ExitedBeforeReady, NotReady, wait_healthy
 from specwatch.records import ArmResult, CellResult, CheckpointFacts, ImageRef
@@ -190,7 +191,7 @@ def _launch_once(
             probes = asyncio.run(probe(target, spec.workload, spec.design.probes, spec.design.probe_tokens))
             sampler = HostSampler(extra_roots=handle.local_roots,
                                   gpus=gpu_watch(platform_of(image.package).name, handle.record.env))
-            with sampler:
+            with sampler, client_on(handle.record.client_cores):
                 try:
                     cells = runner.measure(target, spec.workload, spec.sampling, Gates.of(spec))
                 except CellsAborted as exc:

@@ -261,7 +261,8 @@ class _Rounds:
                             launch_name=f"{self.result.run_id}-{name}-b{round_no}",
                             ranks=tuple(ranks.render(arm, {h.name: h for h in self.spec.hosts})),
                             host=host.address if host else "127.0.0.1", ssh=ranks.route_to(host),
-                            netns=host.netns if host else None, max_concurrency=self.spec.workload.max_streams)
+                            netns=host.netns if host else None, max_concurrency=self.spec.workload.max_streams,
+                            cpu_share=self.spec.design.cpu_share)
         log.info("arm %s round %d: launching (image %s, k=%s)", name, round_no, arm.image, arm.k)
         # In results.json while it runs: a flow killed mid-launch keeps the cells it finished.
         running = _failed(arm, round_no, UNFINISHED).model_copy(update={"in_progress": True})

