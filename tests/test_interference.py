@@ -43,7 +43,7 @@ QUIET = 0.1
 
 
 def _sample(t: float, busy: float, procs: dict[int, float], ours: set[int]) -> Sample:
-    return Sample(t, busy, 0.0, 0.0, {pid: (f"p{pid}", cpu) for pid, cpu in procs.items()}, frozenset(ours))
+    return Sample(t, busy, 0.0, 0.0, {pid: (f"p{pid}", cpu, cpu) for pid, cpu in procs.items()}, frozenset(ours))
 
 
 def test_a_window_splits_the_hosts_busy_time_into_the_runs_and_the_rest() -> None:
@@ -55,6 +55,16 @@ def test_a_window_splits_the_hosts_busy_time_into_the_runs_and_the_rest() -> Non
     assert load is not None and load.foreign_cpu == pytest.approx(0.5) and load.window_s == 2.0
     assert [(p.pid, p.cores) for p in load.top] == [(7, 0.75)]
     assert window([a, b], 99.0, 101.0, cores=2) is None  # no sample before the window opened
+
+
+def test_a_neighbours_short_lived_children_are_named_by_their_parent() -> None:
+    # pid 7 (say `make`) ran a child that started and ended between the samples: 2 CPU-seconds that no sample
+    # saw by pid, now in 7's reaped-children time
+    a = Sample(100.0, 10.0, None, None, {1: ("ours", 5.0, 5.0), 7: ("make", 0.1, 0.1)}, frozenset({1}))
+    b = Sample(102.0, 12.5, None, None, {1: ("ours", 5.5, 5.5), 7: ("make", 0.1, 2.1)}, frozenset({1}))
+    load = window([a, b], 100.5, 101.5, cores=2)
+    assert load is not None and load.foreign_cpu == pytest.approx(0.5)
+    assert [(p.pid, p.cores) for p in load.top] == [(7, 1.0)] and load.steal is None and load.cpu_pressure is None
 
 
 def test_contamination_names_what_was_busy_and_the_threshold() -> None:

@@ -40,7 +40,9 @@ class Sample:
     busy_s: float  # the host's non-idle CPU seconds since boot, all cores (steal excluded)
     steal_s: float | None
     pressure_s: float | None  # PSI "some" stall seconds since boot
-    procs: dict[int, tuple[str, float]]  # pid -> (name, CPU seconds)
+    # pid -> (name, CPU seconds, the same with its reaped children's): a neighbour's short-lived children are
+    # named by their parent (a `make` or `pip` that ran them), the run's own figures use its own time only
+    procs: dict[int, tuple[str, float, float]]
     ours: frozenset[int]
     gpu: gpuload.GpuSample | None = None
 
@@ -73,11 +75,12 @@ def take_sample(ours: set[int], gpus: gpuload.GpuWatch | None = None) -> Sample:
     steal = getattr(times, "steal", None)
     busy = sum(times) - times.idle - getattr(times, "iowait", 0.0) - (steal or 0.0) - getattr(times, "guest", 0.0) \
         - getattr(times, "guest_nice", 0.0)  # guest time is counted in user time already
-    procs: dict[int, tuple[str, float]] = {}
+    procs: dict[int, tuple[str, float, float]] = {}
     for p in psutil.process_iter(["name", "cpu_times"]):
         ct = p.info["cpu_times"]
         if ct is not None:
-            procs[p.pid] = (p.info["name"] or "?", ct.user + ct.system)
+            own = ct.user + ct.system
+            procs[p.pid] = (p.info["name"] or "?", own, own + ct.children_user + ct.children_system)
     return Sample(time.time(), busy, steal, _pressure_s(), procs, frozenset(ours),
                   gpus.sample(ours) if gpus is not None else None)
 
@@ -103,10 +106,12 @@ def window(samples: list[Sample], start: float, end: float, cores: int,
     if span <= 0:
         return None
     ours = a.ours | b.ours
-    spent = {pid: cpu - (a.procs[pid][1] if pid in a.procs else 0.0) for pid, (_, cpu) in b.procs.items()}
-    ours_s = sum(max(0.0, spent[pid]) for pid in spent if pid in ours)
+    ours_s = sum(max(0.0, own - (a.procs[pid][1] if pid in a.procs else 0.0))
+                 for pid, (_, own, _) in b.procs.items() if pid in ours)
     foreign_s = max(0.0, (b.busy_s - a.busy_s) - ours_s)
-    busiest = sorted(((s, pid) for pid, s in spent.items() if pid not in ours and s > 0), reverse=True)
+    spent = {pid: total - (a.procs[pid][2] if pid in a.procs else 0.0)
+             for pid, (_, _, total) in b.procs.items() if pid not in ours}
+    busiest = sorted(((s, pid) for pid, s in spent.items() if s > 0), reverse=True)
     named = programs or {}
     top = [ForeignProcess(pid=pid, name=named.get(pid) or _program(pid, b.procs[pid][0]), cores=round(s / span, 3))
            for s, pid in busiest[:TOP_PROCESSES] if s / span >= 0.01]
@@ -142,8 +147,8 @@ class HostSampler:
         now = take_sample(self.ours(), self.gpus)
         if self.samples:
             last = self.samples[-1].procs
-            for pid, (name, cpu) in now.procs.items():
-                if pid not in now.ours and pid not in self.programs and cpu - last.get(pid, (name, 0.0))[1] > 0.01:
+            for pid, (name, _, cpu) in now.procs.items():
+                if pid not in now.ours and pid not in self.programs and cpu - last.get(pid, (name, 0.0, 0.0))[2] > 0.01:
                     self.programs[pid] = _program(pid, name)
         self.samples.append(now)
 

@@ -11,6 +11,7 @@ from specwatch.analysis.loops import LOOP_FLAG
 from specwatch.analysis.sweep import SweepPoint, change_per_doubling, points_from
 from specwatch.records import RunResult
 from specwatch.report import plots
+from specwatch.report.interference import interference_lines
 from specwatch.resolve import stored_spec
 from specwatch.store.db import load_sql, query_df
 
@@ -79,6 +80,7 @@ def render(result: RunResult, points: list[SweepPoint], figures: list[str]) -> s
     if failed:
         lines += ["", "## Launches that did not run"] + [f"- `{a.name}` round {a.round} {a.status}: {a.reason}"
                                                           for a in failed]
+    lines += ["", "## Conditions: the host's other work", *interference_lines(result, spec.thresholds)]
     lines += ["", *[f"![{f}]({f})" for f in figures]]
     return "\n".join(lines) + "\n"
 
