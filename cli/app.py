@@ -152,6 +152,12 @@ def validate(
               f"(excluding first-time image builds, ~2 min each"
               + ("; an unknown platform is estimated as cpu" if any(a.platform == "unknown" for a in p.arms)
                  else "") + ")")
+    if p.launches:
+        th, per_launch = spec.thresholds, p.seconds / p.launches / 60
+        out.print(f"a busy host: a launch whose cells saw other processes use over {th.host_foreign_cpu:.0%} of the "
+                  f"CPU (or {th.host_steal:.0%} stolen, or another process on its GPU) runs again, at most "
+                  f"{spec.design.max_redos} time(s), up to +{spec.design.max_redos * per_launch:.1f} min; then the "
+                  "run stops as 'host busy'", highlight=False)
     if spec.sweep is not None:  # `specwatch sweep` measures depths instead of the cells above
         sw, limit = spec.sweep, spec.context_limit
         depths = sw.depths_for(limit[0], spec.workload.max_tokens) if limit else sw.depths
