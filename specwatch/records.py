@@ -356,9 +356,10 @@ class ClientCheck(_Record):
 class ForeignProcess(_Record):
     """A process outside the run (neither an arm's server nor the client) and what it used over a cell."""
 
-    pid: int
+    pid: int  # its busiest process
     name: str  # the program and its first arguments, secrets redacted (specwatch.redact)
-    cores: float  # CPU seconds over the cell's window / its wall time
+    cores: float  # CPU seconds over the cell's window / its wall time, all its processes together
+    processes: int = 1  # processes running the same program (make -j, N busy loops), summed
 
 
 class HostLoad(_Record):

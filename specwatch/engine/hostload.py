@@ -111,10 +111,17 @@ def window(samples: list[Sample], start: float, end: float, cores: int,
     foreign_s = max(0.0, (b.busy_s - a.busy_s) - ours_s)
     spent = {pid: total - (a.procs[pid][2] if pid in a.procs else 0.0)
              for pid, (_, _, total) in b.procs.items() if pid not in ours}
-    busiest = sorted(((s, pid) for pid, s in spent.items() if s > 0), reverse=True)
+    # one program run as several processes (make -j, a pip build's compilers, N busy loops) is one neighbour:
+    # summed, and named by its busiest pid
     named = programs or {}
-    top = [ForeignProcess(pid=pid, name=named.get(pid) or _program(pid, b.procs[pid][0]), cores=round(s / span, 3))
-           for s, pid in busiest[:TOP_PROCESSES] if s / span >= 0.01]
+    by_program: dict[str, list[tuple[float, int]]] = {}
+    for pid, s in spent.items():
+        if s > 0:
+            by_program.setdefault(named.get(pid) or _program(pid, b.procs[pid][0]), []).append((s, pid))
+    busiest = sorted(((sum(s for s, _ in runs), name, max(runs)[1], len(runs)) for name, runs in by_program.items()),
+                     reverse=True)
+    top = [ForeignProcess(pid=pid, name=name, cores=round(s / span, 3), processes=n)
+           for s, name, pid, n in busiest[:TOP_PROCESSES] if s / span >= 0.01]
     capacity = span * cores
     steal = None if a.steal_s is None or b.steal_s is None else (b.steal_s - a.steal_s) / capacity
     pressure = None if a.pressure_s is None or b.pressure_s is None else (b.pressure_s - a.pressure_s) / span
@@ -195,7 +202,11 @@ def contamination(load: HostLoad | None, thresholds: Thresholds) -> str | None:
 
 
 def _who(p: ForeignProcess) -> str:
-    return f"pid {p.pid} '{p.name}' {p.cores:.2f} cores"
+    return f"pid {p.pid} '{p.name}'{_more(p)} {p.cores:.2f} cores"
+
+
+def _more(p: ForeignProcess) -> str:
+    return f" (+{p.processes - 1} more of it)" if p.processes > 1 else ""
 
 
 def busy_line(cells: list[CellResult]) -> str:
@@ -210,7 +221,8 @@ def busy_line(cells: list[CellResult]) -> str:
         return f"{len(hit)} of {len(cells)} cells contaminated ({hit[0].contaminated if hit else 'no reason'})"
     pid, procs = max(seen.items(), key=lambda kv: len(kv[1]))
     cores = sum(p.cores for p in procs) / len(procs)
-    return f"pid {pid} '{procs[-1].name}' used {cores:.2f} cores in {len(procs)} of {len(cells)} cells"
+    return (f"pid {pid} '{procs[-1].name}'{_more(procs[-1])} used {cores:.2f} cores in {len(procs)} of "
+            f"{len(cells)} cells")
 
 
 def gpu_watch(platform: str, env: Mapping[str, str]) -> gpuload.GpuWatch | None:

@@ -50,7 +50,8 @@ def interference_lines(result: RunResult, thresholds: Thresholds) -> list[str]:
         lines.append(f"- GPU interference {'; '.join(errors)}")
     if busiest := _busiest(sampled):
         lines.append("- busiest other processes: " + "; ".join(
-            f"pid {p.pid} `{p.name}` up to {p.cores:.2f} cores ({n} cell(s))" for p, n in busiest[:3]))
+            f"pid {p.pid} `{p.name}`" + (f" (+{p.processes - 1} more of it)" if p.processes > 1 else "")
+            + f" up to {p.cores:.2f} cores ({n} cell(s))" for p, n in busiest[:3]))
     hit = [c for c in kept if c.contaminated]
     lines.append(f"- contaminated cells kept: {len(hit)}" if hit else "- no kept cell was contaminated")
     for r in result.redos:
