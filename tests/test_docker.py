@@ -94,8 +94,12 @@ def test_an_ab_with_one_arm_in_a_local_container_and_one_on_a_remote_host_over_s
             "user": s.user, "port": s.port, "key_file": str(s.key_file), "known_hosts": str(s.known_hosts)}}],
         "images": [{"name": "cpu", "backend": "docker", "dockerfile": "cpu", "version": "0.32.0",
                     "wheelhouse": str(torch_wheelhouse())}],
-        "arms": [{"name": "k3", "image": "cpu", "launcher": "docker", "speculative": {**ngram, "k": 3}},
+        # --enforce-eager: no torch.compile in either container (a cold compile each, ~60-90 s on two cores);
+        # this is a launch-path test
+        "arms": [{"name": "k3", "image": "cpu", "launcher": "docker", "speculative": {**ngram, "k": 3},
+                  "args": ["--enforce-eager"]},
                  {"name": "k5", "image": "cpu", "launcher": "docker", "host": "box", "boot_timeout_s": 300,
+                  "args": ["--enforce-eager"],
                   "env": {"HF_TOKEN": "hf_never_stored"}, "speculative": {**ngram, "k": 5}}],
         "baseline": "k3",
         # the arms differ in k, host and env: a launch-path test, not a question about k

@@ -26,13 +26,14 @@ def test_tensor_parallel_over_two_ranks_in_two_namespaces(vllm_image: ImageRef, 
                                                           tmp_path: Path) -> None:
     with netns_hosts(2) as (n0, n1):
         # gloo must use the namespaces' link; on two cores each rank gets one for its OpenMP threads
+        # --enforce-eager: no torch.compile on either rank (~50 s of the boot on two cores); the ranks are the subject
         rank_env = {"VLLM_HOST_IP": "{address}", "VLLM_CPU_OMP_THREADS_BIND": "{rank}"}
         spec = ExperimentSpec.model_validate({
             "name": "tp2", "model": {"path": str(demo_model), "served_name": "demo"},
             "hosts": [{"name": "n0", "address": n0.address, "netns": n0.name},
                       {"name": "n1", "address": n1.address, "netns": n1.name}],
             "images": [{"name": "cpu", "version": "0.32.0"}],
-            "arms": [{"name": "tp2", "image": "cpu", "args": ["--tensor-parallel-size", "2"],
+            "arms": [{"name": "tp2", "image": "cpu", "args": ["--tensor-parallel-size", "2", "--enforce-eager"],
                       "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 400,
                       "ranks": [{"host": "n0", "role": "head", "env": {**rank_env, "GLOO_SOCKET_IFNAME": n0.interface}},
                                 {"host": "n1", "role": "worker",

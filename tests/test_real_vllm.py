@@ -21,18 +21,21 @@ from specwatch_testing.records import query as rows
 from tests.conftest import DEMO_IMAGE
 
 pytestmark = pytest.mark.real
+EAGER = ["--enforce-eager"]
 
 
 def short_ab() -> ExperimentSpec:
     ngram = {"method": "ngram", "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    # Both servers skip torch.compile (--enforce-eager: ~30-90 s of each boot on two cores, cold per session);
+    # what is tested here is the flow around them. tests/test_real_endpoint.py boots with vLLM's defaults.
     return ExperimentSpec.model_validate({
         "name": "real-short-ab",
         "model": {"generate": {}, "served_name": "demo"},
         "images": [DEMO_IMAGE.model_dump()],
         "arms": [
-            {"name": "k3", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 3},
+            {"name": "k3", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 3}, "args": EAGER,
              "env": {"HF_TOKEN": "hf_not_a_real_token"}},
-            {"name": "k5", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 5},
+            {"name": "k5", "image": DEMO_IMAGE.name, "speculative": {**ngram, "k": 5}, "args": EAGER,
              "env": {"HF_TOKEN": "hf_not_a_real_token"}},  # the same env on both: only k differs
         ],
         "baseline": "k3",
