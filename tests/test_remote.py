@@ -16,6 +16,7 @@ from specwatch.engine.remote import Remote, RemoteError
 from specwatch.ranks import route_to
 from specwatch.records import ImageRef
 from specwatch.spec import ExperimentSpec
+from specwatch_testing.experiments import ANY_HOST
 from specwatch_testing.sshd import Sshd, fake_vllm_on
 
 SERVE = ("{remote_python} {remote_script} --port {{port}} --host {{host}} --served-model-name {{served_name}} "
@@ -40,6 +41,7 @@ def experiment(s: Sshd, known_hosts: Path | None = None, port: int | None = None
                   "speculative": {"method": "ngram", "k": 3, "prompt_lookup_max": 4}, "boot_timeout_s": 60}],
         "baseline": "a",
         "design": {"rounds": 1, "probes": 1, "probe_tokens": 8},
+        "thresholds": ANY_HOST,  # the host's other work is tested in test_interference.py
         "workload": {"prompt_classes": ["code"], "prompt_tokens": 32, "max_tokens": 16, "concurrency": [1],
                      "requests_per_cell": 2, "warmup_requests": 1},
     })
