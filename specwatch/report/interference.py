@@ -55,5 +55,5 @@ def interference_lines(result: RunResult, thresholds: Thresholds) -> list[str]:
     hit = [c for c in kept if c.contaminated]
     lines.append(f"- contaminated cells kept: {len(hit)}" if hit else "- no kept cell was contaminated")
     for r in result.redos:
-        lines.append(f"- redo: `{r.arm}` round {r.round} was measured again: {r.reason}")
+        lines.append(f"- contaminated launch, not read: `{r.arm}` round {r.round}: {r.reason}")
     return lines

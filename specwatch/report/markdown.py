@@ -227,8 +227,8 @@ def _limitations(result: RunResult, spec: ExperimentSpec, assessment: Assessment
             notes.append(f"- `{arm}` has {n} completed round(s); fewer than 3 without a stored variance leaves no "
                          "interval")
     if result.redos:
-        notes.append(f"- the host was busy during {len(result.redos)} launch(es), each measured again in its round "
-                     "(Conditions); none of their figures is read")
+        notes.append(f"- the host was busy during {len(result.redos)} launch(es) (Conditions): none of their figures "
+                     "is read; each was measured again in its round while design.max_redos allowed")
     for a in result.arms:
         if a.fallback_reason:
             notes.append(f"- `{a.name}` round {a.round} ran k={a.k} instead of k={a.k_requested}: {a.fallback_reason}")
