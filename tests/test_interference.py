@@ -192,7 +192,7 @@ def test_a_planted_neighbour_is_seen_its_launch_redone_in_its_round_and_named_in
     (arm,) = a.arms
     assert arm.decision.rounds == 3 and a.verdict.decision == "PROMOTE", a.verdict.all_reasons
     lines = "\n".join(interference_lines(result, spec.thresholds))
-    assert "redo: `k3` round 2 was measured again: 1 of 1 cell(s) contaminated" in lines
+    assert "contaminated launch, not read: `k3` round 2: 1 of 1 cell(s) contaminated" in lines
     assert any(f"pid {pid} `" in lines and MARKER in lines for pid in launches.hogs)
     # DuckDB keeps the redo and every cell's host load, and gives them back
     ingest(result, tmp_path / "h.duckdb")
