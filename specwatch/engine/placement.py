@@ -10,8 +10,10 @@ cells on a 2-core host) and the self-check rightly rejects the cell. Two ways to
   as an equal instead of preempting it.
 - `nice`: the server runs at nice 10, unpinned; it yields to the client, and to every other process too.
 
-benchmarks/README.md section 17 measures both (the A/A round sd, on a quiet host and beside a periodic
-neighbour); the default is the one that kept the round sd lower there.
+benchmarks/README.md section 17 measures both with cpu_share.py. On a quiet host their A/A round sds were not
+separable (composite 0.045 against 0.030 on 2 df each) and `cores` decoded 8-11% faster, so `cores` is the default;
+under `nice` every other program on the host preempts the server under test. The comparison beside a periodic
+neighbour is still to be run.
 """
 
 from __future__ import annotations
