@@ -154,6 +154,7 @@ class RemoteContainer:
         self.log_path: Path | None = log_path
         self.host, self.port, self.role = remote.address, port, role
         self.prefix = f"DOCKER_HOST={shlex.quote(docker_host)} " if docker_host else ""
+        self._local_pid: int | None = None  # 0: not on this machine's pids, or not found
 
     def docker(self, args: str, timeout_s: float = 60.0) -> tuple[int, str, str]:
         return self.remote.run(f"{self.prefix}docker {args}", timeout_s)
@@ -165,10 +166,11 @@ class RemoteContainer:
         self.log_path.write_text(out + err)
 
     def local_pid(self) -> int | None:
-        if not on_this_machine(self.host):
-            return None
-        code, out, _ = self.docker("inspect -f '{{.State.Pid}}' " + shlex.quote(self.name))
-        return int(out.strip()) if code == 0 and out.strip().isdigit() and int(out.strip()) else None
+        # asked at every host-load sample (0.5 s): one `docker inspect` over SSH, then the answer is kept
+        if self._local_pid is None and on_this_machine(self.host):
+            code, out, _ = self.docker("inspect -f '{{.State.Pid}}' " + shlex.quote(self.name))
+            self._local_pid = int(out.strip()) if code == 0 and out.strip().isdigit() else 0
+        return self._local_pid or None
 
     def exit_code(self) -> int | None:
         code, out, _ = self.docker("inspect -f '{{.State.Running}} {{.State.ExitCode}}' " + shlex.quote(self.name))
